@@ -1,0 +1,60 @@
+# vllm-operator developer workflow: the same targets for people and CI.
+# `make help` lists every target with its one-line description (the `## ` comments).
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.installed
+
+CRD_FILE := serving.vllm-operator.dev_vllmservices.yaml
+GENERATED := crds/$(CRD_FILE) charts/vllm-operator/crds/$(CRD_FILE)
+
+.PHONY: help
+help: ## List every target with a one-line description
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+.PHONY: install
+install: $(STAMP) ## Create .venv/ and install the package editable with dev extras (.venv/bin/vllm-operator)
+
+.PHONY: lint
+lint: $(STAMP) ## Run ruff and the import-linter layer contracts
+	$(BIN)/ruff check operator $$(ls -d tests e2e hack bench 2>/dev/null)
+	$(BIN)/lint-imports
+
+.PHONY: typecheck
+typecheck: $(STAMP) ## Run mypy --strict on operator/ (and the test trees)
+	$(BIN)/mypy operator/vllm_operator
+	$(BIN)/mypy $$(ls -d tests e2e 2>/dev/null)
+
+.PHONY: generate
+generate: $(STAMP) ## Regenerate the CRDs (crds/, charts/vllm-operator/crds/) and other generated files
+	$(BIN)/vllm-operator crd -d crds -d charts/vllm-operator/crds
+
+.PHONY: verify
+verify: $(STAMP) ## Regenerate into a temporary copy and fail on any difference from the committed files
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(BIN)/vllm-operator crd -d "$$tmp" 2>/dev/null; \
+	status=0; for f in $(GENERATED); do \
+	  diff -u "$$f" "$$tmp/$(CRD_FILE)" || { echo "$$f is out of date: run 'make generate'"; status=1; }; \
+	done; exit $$status
+
+.PHONY: test-unit
+test-unit: $(STAMP) ## Run the fast tests (unit, property, golden, reconcile) with warnings as errors
+	$(BIN)/pytest tests -q
+
+.PHONY: test
+test: lint typecheck verify test-unit test-e2e ## Run everything CI runs: lint, typecheck, verify, unit and e2e tests
+
+.PHONY: test-e2e
+test-e2e: $(STAMP) ## Run the e2e tests against the real local control plane (builds it on first use)
+	@if [ -d e2e ]; then $(MAKE) --no-print-directory e2e; else echo "No e2e/ tree yet: skipped"; fi

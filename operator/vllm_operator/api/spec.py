@@ -1,0 +1,484 @@
+"""The VLLMService spec: what a user asks for.
+
+A spec states intent (model, P99 context, concurrency, allowed GPU types), never engine limits:
+the planner computes those per GPU type. Every field carries a description, which becomes the
+`kubectl explain` text through the generated CRD. Defaults live here and are applied when the
+operator reads an object; they are deliberately left out of the CRD schema so the API server never
+materialises them into the stored spec (GitOps tools own the spec and would see a diff).
+
+Cross-field rules are enforced twice: by pydantic validators here and by CEL rules
+(`x-kubernetes-validations`) in the CRD, so kubectl, GitOps pipelines and
+`vllm-operator validate` reject the same objects.
+"""
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.config import JsonDict
+
+from vllm_operator.api.base import ApiModel
+
+VERSION_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+|\.[0-9]+)?$"
+"""An exact vLLM release: X.Y.Z, optionally with a fourth part as PyPI spells it (0.6.6.post1,
+0.10.1.1). Ranges and `latest` are rejected: the operator pins one version."""
+
+IMAGE_PATTERN = r"^[^\s]+$"
+LABEL_VALUE_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+FLAG_PATTERN = r"^--[a-z0-9][a-z0-9-]*$"
+
+NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
+GpuType = Annotated[
+    str, StringConstraints(min_length=1, max_length=253, pattern=LABEL_VALUE_PATTERN)
+]
+
+
+def _cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
+    """One CEL rule for the CRD's x-kubernetes-validations (mirrored by a pydantic validator)."""
+    entry: JsonDict = {"rule": rule, "message": message}
+    if field_path is not None:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+# ---------------------------------------------------------------------------------------- model
+
+
+class SecretKeyRef(ApiModel):
+    """A key of a Secret in the service's namespace."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="Name of the Secret in the VLLMService's namespace.",
+    )
+    key: str = Field(
+        default="token",
+        min_length=1,
+        max_length=253,
+        description="Key inside the Secret that holds the value. Defaults to `token`.",
+    )
+
+
+class HuggingFaceSource(ApiModel):
+    """Download the model from the Hugging Face Hub (or a mirror set through HF_ENDPOINT)."""
+
+    token_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret holding a Hugging Face access token, needed for gated models such as "
+        "meta-llama. Passed to vLLM as HF_TOKEN and used by the operator to read config.json.",
+    )
+
+
+class PvcSource(ApiModel):
+    """Serve model files that already sit on a PersistentVolumeClaim."""
+
+    claim_name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="Name of the PersistentVolumeClaim in the service's namespace (mounted read-only).",
+    )
+    path: str = Field(
+        default="/",
+        min_length=1,
+        description="Directory inside the volume that holds config.json and the weights. "
+        "Defaults to the volume's root.",
+    )
+
+
+class ModelSource(ApiModel):
+    """Where vLLM loads the model from: exactly one of huggingFace or pvc."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "has(self.huggingFace) != has(self.pvc)",
+                    "exactly one of huggingFace or pvc must be set",
+                )
+            ]
+        }
+    )
+
+    hugging_face: HuggingFaceSource | None = Field(
+        default=None, description="Download from the Hugging Face Hub."
+    )
+    pvc: PvcSource | None = Field(default=None, description="Load from a PersistentVolumeClaim.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "ModelSource":
+        if (self.hugging_face is None) == (self.pvc is None):
+            raise ValueError("exactly one of huggingFace or pvc must be set")
+        return self
+
+
+class ModelDtype(StrEnum):
+    """Weight and activation dtype passed to vLLM as --dtype."""
+
+    AUTO = "auto"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    FLOAT32 = "float32"
+
+
+class Architecture(ApiModel):
+    """Inline model architecture, for models the operator cannot look up.
+
+    The planner normally reads these numbers from the model's config.json (Hugging Face Hub or its
+    own catalog); set them here for private or air-gapped models. Field names follow the
+    Hugging Face config.json keys in camelCase.
+    """
+
+    model_type: str | None = Field(
+        default=None,
+        description="Hugging Face model_type (llama, qwen2, mixtral, deepseek_v3, ...). Informational.",
+    )
+    num_hidden_layers: int = Field(ge=1, le=1024, description="Number of transformer layers.")
+    hidden_size: int = Field(ge=1, le=1_048_576, description="Width of the residual stream.")
+    num_attention_heads: int = Field(ge=1, le=4096, description="Number of query heads.")
+    num_key_value_heads: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Number of key/value heads (GQA). Defaults to numAttentionHeads (MHA).",
+    )
+    head_dim: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Dimension of one attention head. Defaults to hiddenSize / numAttentionHeads.",
+    )
+    intermediate_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Width of the dense MLP (per expert for MoE without moeIntermediateSize).",
+    )
+    vocab_size: int = Field(ge=1, le=10_000_000, description="Vocabulary size (embedding rows).")
+    max_position_embeddings: int | None = Field(
+        default=None, ge=1, description="Longest context the model supports."
+    )
+    tie_word_embeddings: bool | None = Field(
+        default=None, description="Whether lm_head shares the embedding matrix. Defaults to false."
+    )
+    num_experts: int | None = Field(
+        default=None,
+        ge=1,
+        description="Routed experts per MoE layer (num_local_experts / n_routed_experts).",
+    )
+    num_experts_per_token: int | None = Field(
+        default=None, ge=1, description="Experts activated per token (num_experts_per_tok)."
+    )
+    moe_intermediate_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Width of one expert's MLP when it differs from intermediateSize.",
+    )
+    num_shared_experts: int | None = Field(
+        default=None, ge=0, description="Always-active shared experts per MoE layer."
+    )
+    kv_lora_rank: int | None = Field(
+        default=None,
+        ge=1,
+        description="MLA latent rank (DeepSeek V2/V3). When set, the KV cache holds the latent only.",
+    )
+    qk_rope_head_dim: int | None = Field(
+        default=None, ge=0, description="MLA rotary part of the key, cached next to the latent."
+    )
+    sliding_window: int | None = Field(
+        default=None, ge=1, description="Sliding-window size of the windowed attention layers."
+    )
+    num_parameters: int | None = Field(
+        default=None,
+        ge=1,
+        description="Total parameter count, when known exactly (overrides the count derived from "
+        "the dimensions for weight sizing).",
+    )
+
+
+class ModelSpec(ApiModel):
+    """The model to serve."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=512,
+        description="Hugging Face repository id (for example meta-llama/Llama-3.1-8B-Instruct) or, "
+        "with a pvc source, a name used as vLLM's served model name.",
+    )
+    revision: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="Git revision (branch, tag or commit) on the Hub. Pin a commit for reproducible plans.",
+    )
+    source: ModelSource = Field(
+        default_factory=lambda: ModelSource(hugging_face=HuggingFaceSource()),
+        description="Where the weights come from. Defaults to the Hugging Face Hub without a token.",
+    )
+    dtype: ModelDtype = Field(
+        default=ModelDtype.AUTO,
+        description="Model dtype (--dtype). `auto` lets the planner pick bfloat16 where the GPU "
+        "supports it and float16 elsewhere. Defaults to auto.",
+    )
+    quantization: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[a-z0-9_-]+$",
+        description="Quantisation method of the checkpoint (awq, gptq, bitsandbytes, fp8, "
+        "compressed-tensors, ...), as vLLM's --quantization spells it; checked against the pinned "
+        "vLLM version. Leave unset to use what the checkpoint's config declares.",
+    )
+    architecture: Architecture | None = Field(
+        default=None,
+        description="Inline architecture for models the operator cannot look up (private, air-gapped).",
+    )
+
+
+# ----------------------------------------------------------------------------------------- vLLM
+
+
+class EnvVar(ApiModel):
+    """An environment variable for the vLLM container."""
+
+    name: str = Field(min_length=1, pattern=ENV_NAME_PATTERN, description="Variable name.")
+    value: str = Field(default="", description="Variable value.")
+
+
+class VllmSpec(ApiModel):
+    """The vLLM release to run and its extras."""
+
+    version: str = Field(
+        pattern=VERSION_PATTERN,
+        description="Exact vLLM release, for example 0.11.0 or 0.6.6.post1. Flags and metric "
+        "names are checked against this version.",
+    )
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        pattern=IMAGE_PATTERN,
+        description="Container image override (tag or digest). Defaults to "
+        "vllm/vllm-openai:v<version>; it must contain that vLLM version.",
+    )
+    extra_args: dict[Annotated[str, StringConstraints(pattern=FLAG_PATTERN)], str] = Field(
+        default_factory=dict,
+        max_length=64,
+        description='Extra vLLM flags by long name (--flag: value). Use "true"/"false" for '
+        'boolean flags (rendered as --flag / --no-flag) and "" for flags without a value. '
+        "Validated against the pinned version; flags the planner owns are rejected unless "
+        "allowPlannerOverride is true.",
+    )
+    allow_planner_override: bool = Field(
+        default=False,
+        description="Allow extraArgs to override flags the planner computes (max-model-len, "
+        "max-num-seqs, gpu-memory-utilization, ...). Off by default: an override can make the "
+        "memory plan wrong.",
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Extra environment variables for the vLLM container.",
+    )
+
+
+# ------------------------------------------------------------------------------------- workload
+
+
+class PrefixCaching(StrEnum):
+    """Whether vLLM's automatic prefix caching is on."""
+
+    AUTO = "auto"
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+
+
+class LatencyProfile(StrEnum):
+    """What the batch scheduler optimises for."""
+
+    INTERACTIVE = "interactive"
+    THROUGHPUT = "throughput"
+
+
+class WorkloadSpec(ApiModel):
+    """The traffic the service must sustain, stated as intent."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!has(self.maxContextTokens) || self.p99ContextTokens <= self.maxContextTokens",
+                    "p99ContextTokens must be less than or equal to maxContextTokens",
+                    ".p99ContextTokens",
+                )
+            ]
+        }
+    )
+
+    max_context_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=16_777_216,
+        description="Hard cap on a request's context (vLLM's --max-model-len). Defaults to "
+        "p99ContextTokens rounded up to the KV block size.",
+    )
+    p99_context_tokens: int = Field(
+        ge=1,
+        le=16_777_216,
+        alias="p99ContextTokens",
+        description="Prompt plus completion tokens of a request at the 99th percentile. The plan "
+        "guarantees `concurrency` sequences of this length fit in the KV cache.",
+    )
+    concurrency: int = Field(
+        ge=1,
+        le=65_536,
+        description="Concurrent sequences per replica at the P99 context (bounds --max-num-seqs).",
+    )
+    prefix_caching: PrefixCaching = Field(
+        default=PrefixCaching.AUTO,
+        description="Automatic prefix caching: auto (the pinned version's default), enabled or "
+        "disabled. Defaults to auto.",
+    )
+    latency_profile: LatencyProfile = Field(
+        default=LatencyProfile.INTERACTIVE,
+        description="interactive keeps prefill chunks small for low inter-token latency; throughput "
+        "uses larger batches. Drives --max-num-batched-tokens. Defaults to interactive.",
+    )
+
+    @field_validator("p99_context_tokens")
+    @classmethod
+    def _p99_within_max(cls, value: int, info: ValidationInfo) -> int:
+        # maxContextTokens is declared first so it is already validated here; the error then
+        # carries the path spec.workload.p99ContextTokens, as the CRD's CEL rule does.
+        cap = info.data.get("max_context_tokens")
+        if cap is not None and value > cap:
+            raise ValueError(
+                f"p99ContextTokens ({value}) must be less than or equal to maxContextTokens ({cap})"
+            )
+        return value
+
+
+# ------------------------------------------------------------------------------------ placement
+
+
+class Toleration(ApiModel):
+    """A pod toleration, as in core/v1 Toleration."""
+
+    key: str | None = Field(
+        default=None, description="Taint key to tolerate; empty means all keys."
+    )
+    operator: Literal["Exists", "Equal"] = Field(
+        default="Equal", description="Exists or Equal. Defaults to Equal."
+    )
+    value: str | None = Field(default=None, description="Taint value to match with Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to match; empty means all effects."
+    )
+    toleration_seconds: int | None = Field(
+        default=None, description="How long a NoExecute taint is tolerated."
+    )
+
+
+class PlacementSpec(ApiModel):
+    """Which GPUs may serve the model."""
+
+    gpu_types: list[GpuType] = Field(
+        min_length=1,
+        max_length=32,
+        alias="gpuTypes",
+        description="Allowed GPU types, as GPU Feature Discovery product labels "
+        "(nvidia.com/gpu.product, for example NVIDIA-H100-80GB-HBM3, NVIDIA-L4, Tesla-T4) or "
+        "catalog aliases (H100-80GB, L4). One Deployment (pool) is planned per type present in "
+        "the cluster.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra node labels every pool's pods must match (added to the GPU product selector).",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        description="Tolerations for the vLLM pods (GPU nodes are often tainted).",
+    )
+    max_gpus_per_replica: int = Field(
+        default=8,
+        ge=1,
+        le=64,
+        alias="maxGPUsPerReplica",
+        description="Largest tensor-parallel size the planner may choose. Defaults to 8.",
+    )
+
+
+# ------------------------------------------------------------------------------- safety / repair
+
+
+class SafetySpec(ApiModel):
+    """Memory safety margins the planner must respect."""
+
+    max_gpu_memory_utilization: float = Field(
+        default=0.90,
+        gt=0.0,
+        le=0.98,
+        description="Ceiling for vLLM's --gpu-memory-utilization. Defaults to 0.90, the safe value "
+        "on shared GPUs and below the 0.95 where CUDA-graph capture classically runs out of memory.",
+    )
+    memory_headroom_fraction: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=0.5,
+        description="Fraction of GPU memory kept free below the ceiling for bursts and "
+        "fragmentation. Defaults to 0.",
+    )
+
+
+class RemediationMode(StrEnum):
+    """How the operator reacts to memory trouble at run time."""
+
+    AUTO = "auto"
+    RECOMMEND = "recommend"
+    OFF = "off"
+
+
+class RemediationSpec(ApiModel):
+    """Run-time memory remediation."""
+
+    mode: RemediationMode = Field(
+        default=RemediationMode.AUTO,
+        description="auto applies bounded, reversible changes; recommend only writes status and "
+        "Events; off does nothing. Defaults to auto.",
+    )
+
+
+# ---------------------------------------------------------------------------------------- spec
+
+
+class VLLMServiceSpec(ApiModel):
+    """Desired state of a VLLMService: a model served at a P99 context and concurrency."""
+
+    model: ModelSpec = Field(description="The model to serve.")
+    vllm: VllmSpec = Field(description="The pinned vLLM release.")
+    workload: WorkloadSpec = Field(description="Traffic the service must sustain.")
+    placement: PlacementSpec = Field(description="GPU types the service may run on.")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Replicas in EACH GPU pool (one pool per allowed GPU type present in the "
+        "cluster), so capacity grows with the pools; 0 scales every pool down. Defaults to 1.",
+    )
+    safety: SafetySpec = Field(
+        default_factory=SafetySpec, description="Memory safety margins for the planner."
+    )
+    remediation: RemediationSpec = Field(
+        default_factory=RemediationSpec, description="Run-time memory remediation."
+    )

@@ -1,0 +1,138 @@
+"""The VLLMService status: what the operator observed, planned and changed.
+
+Status is the operator's only output on the object (the spec belongs to the user and to GitOps).
+Remediation overrides live here too, so that deleting the status, or the operator, returns the
+service to its planned state.
+"""
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import Field
+
+from vllm_operator.api.base import ApiModel
+from vllm_operator.api.conditions import Condition
+
+EngineArgValue = int | float | bool | str | None
+
+
+class MemoryBreakdown(ApiModel):
+    """Per-GPU memory the plan expects vLLM to use, in GiB (2^30 bytes)."""
+
+    gpu_total_gib: float = Field(alias="gpuTotalGiB", description="GPU memory CUDA reports.")
+    budget_gib: float = Field(
+        alias="budgetGiB", description="gpu_memory_utilization x total: what vLLM may use."
+    )
+    weights_gib: float = Field(alias="weightsGiB", description="Model weights on one GPU.")
+    activation_gib: float = Field(
+        alias="activationGiB", description="Peak activation memory of the profiling batch."
+    )
+    non_torch_gib: float = Field(
+        alias="nonTorchGiB", description="CUDA context, NCCL and cuBLAS buffers outside PyTorch."
+    )
+    cuda_graph_gib: float = Field(alias="cudaGraphGiB", description="Captured CUDA graphs.")
+    kv_cache_gib: float = Field(alias="kvCacheGiB", description="Memory left for the KV cache.")
+    kv_cache_tokens: int = Field(description="Tokens the KV cache holds.")
+    concurrency_at_p99: float = Field(
+        alias="concurrencyAtP99", description="Sequences of p99ContextTokens the KV cache holds."
+    )
+    budget_source: str = Field(
+        default="catalog",
+        description="Where the GPU's memory came from: catalog, nodeLabel or probe (measured).",
+    )
+
+
+class PoolPlan(ApiModel):
+    """The engine arguments chosen for one GPU pool and why."""
+
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="vLLM engine arguments by vLLM field name (tensor_parallel_size, "
+        "gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens, ...).",
+        json_schema_extra={"additionalProperties": {"x-kubernetes-preserve-unknown-fields": True}},
+    )
+    memory: MemoryBreakdown | None = Field(default=None, description="Expected memory per GPU.")
+    reasons: list[str] = Field(default_factory=list, description="Why each value was chosen.")
+    hash: str | None = Field(default=None, description="Hash of the rendered plan.")
+
+
+class PoolStatus(ApiModel):
+    """One Deployment serving the model on one GPU type."""
+
+    gpu_type: str = Field(description="GPU Feature Discovery product label of the pool.")
+    deployment: str | None = Field(default=None, description="Name of the pool's Deployment.")
+    replicas: int = Field(default=0, ge=0, description="Desired replicas.")
+    ready_replicas: int = Field(default=0, ge=0, description="Replicas passing readiness.")
+    feasible: bool = Field(default=True, description="Whether the intent fits on this GPU type.")
+    plan: PoolPlan | None = Field(default=None, description="The engine plan of the pool.")
+    message: str | None = Field(default=None, description="Why the pool is not serving, if so.")
+
+
+class Override(ApiModel):
+    """A remediation change applied on top of the plan."""
+
+    pool: str = Field(description="GPU type of the pool the override applies to.")
+    field: str = Field(description="vLLM engine field that is overridden.")
+    value: Any = Field(
+        description="The value in force.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    reason: str = Field(description="CamelCase reason, for example BurstOOM or KVPressure.")
+    since: datetime = Field(description="When the override was applied.")
+
+
+class HistoryEntry(ApiModel):
+    """One remediation step, kept in a bounded history."""
+
+    time: datetime = Field(description="When the step happened.")
+    pool: str = Field(description="GPU type of the pool.")
+    field: str = Field(description="Engine field or action (for example evict) that changed.")
+    from_value: Any = Field(
+        default=None,
+        alias="from",
+        description="Value before the step.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    to_value: Any = Field(
+        default=None,
+        alias="to",
+        description="Value after the step.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    reason: str = Field(description="CamelCase reason of the step.")
+    message: str = Field(default="", description="Human-readable explanation.")
+
+
+class VLLMServiceStatus(ApiModel):
+    """Observed state of a VLLMService."""
+
+    observed_generation: int | None = Field(
+        default=None, description="The .metadata.generation the status reflects."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Feasible, Progressing, Degraded, MemoryPressure, MetricsAvailable.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    gpu_pools: str | None = Field(
+        default=None,
+        alias="gpuPools",
+        description="Summary of the pools for kubectl, e.g. L4x1,H100x2.",
+    )
+    ready: str | None = Field(
+        default=None, description="Ready replicas over desired replicas, all pools, e.g. 2/2."
+    )
+    pools: list[PoolStatus] = Field(
+        default_factory=list,
+        description="One entry per GPU type the service may use.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["gpuType"],
+        },
+    )
+    overrides: list[Override] = Field(
+        default_factory=list, description="Remediation overrides in force, rendered into the pools."
+    )
+    history: list[HistoryEntry] = Field(
+        default_factory=list, max_length=50, description="The last remediation steps (at most 50)."
+    )

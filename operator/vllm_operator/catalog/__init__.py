@@ -1,0 +1,1 @@
+"""Data and loaders: GPU catalog, model architectures and the vLLM version catalog."""

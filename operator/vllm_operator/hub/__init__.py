@@ -1,0 +1,1 @@
+"""Hugging Face Hub gateway: the only package importing huggingface_hub."""

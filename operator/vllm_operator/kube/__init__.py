@@ -1,0 +1,1 @@
+"""Kubernetes API gateway: the only package importing the kubernetes client."""

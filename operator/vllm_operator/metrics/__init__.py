@@ -1,0 +1,1 @@
+"""Prometheus gateway: the only package importing prometheus-api-client."""

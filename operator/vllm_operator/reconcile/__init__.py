@@ -1,0 +1,1 @@
+"""Level-based reconcile: gather, plan, render, apply and write status, one function per concern."""

@@ -1,0 +1,1 @@
+"""Pure remediation policy: observations and history in, a bounded, explained action out."""

@@ -1,0 +1,1 @@
+"""Pure rendering: plan and spec in, Deployment / Service / PodDisruptionBudget objects out."""
