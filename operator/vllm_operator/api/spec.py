@@ -459,6 +459,42 @@ class RemediationSpec(ApiModel):
     )
 
 
+class RolloutSpec(ApiModel):
+    """How a pool's Deployment replaces pods when the plan changes."""
+
+    max_surge: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="Extra pods started during a rollout. Defaults to 0: a rollout never needs "
+        "spare GPUs (each pod holds whole GPUs, which a cluster rarely has idle).",
+    )
+    max_unavailable: int = Field(
+        default=1,
+        ge=0,
+        le=100,
+        description="Pods that may be down during a rollout. Defaults to 1. maxSurge and "
+        "maxUnavailable cannot both be 0.",
+    )
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "self.maxSurge > 0 || self.maxUnavailable > 0",
+                    "maxSurge and maxUnavailable cannot both be 0",
+                )
+            ]
+        }
+    )
+
+    @model_validator(mode="after")
+    def _can_progress(self) -> "RolloutSpec":
+        if self.max_surge == 0 and self.max_unavailable == 0:
+            raise ValueError("maxSurge and maxUnavailable cannot both be 0")
+        return self
+
+
 # ---------------------------------------------------------------------------------------- spec
 
 
@@ -481,4 +517,8 @@ class VLLMServiceSpec(ApiModel):
     )
     remediation: RemediationSpec = Field(
         default_factory=RemediationSpec, description="Run-time memory remediation."
+    )
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec,
+        description="How pools roll out a new plan. Defaults to one pod at a time, no surge.",
     )

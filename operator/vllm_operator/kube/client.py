@@ -1,0 +1,195 @@
+"""The real KubeGateway, on the official kubernetes client.
+
+Writes use server-side apply with the fixed field manager `vllm-operator` and `force=True`: the
+operator is the only owner of the fields it renders, and a conflict with another manager means
+someone edited an operator-owned field by hand, which the operator must win to stay declarative.
+"""
+
+import base64
+import logging
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from vllm_operator.api.service import FIELD_MANAGER, GROUP, PLURAL, VERSION
+from vllm_operator.kube.gateway import (
+    ConflictError,
+    EventRecord,
+    GatewayError,
+    Kind,
+    Obj,
+)
+
+log = logging.getLogger(__name__)
+
+APPLY = "application/apply-patch+yaml"
+
+
+def load_config(kubeconfig: str | None = None) -> client.ApiClient:
+    """An ApiClient from the in-cluster service account, else from a kubeconfig file."""
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    return client.ApiClient(configuration)
+
+
+def _selector(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _wrap(exc: ApiException, what: str) -> GatewayError:
+    status = int(exc.status) if exc.status else None
+    text = f"{what} failed: {exc.status} {exc.reason}"
+    return ConflictError(text, status) if status == 409 else GatewayError(text, status)
+
+
+class ApiGateway:
+    """KubeGateway backed by a kube-apiserver."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    def _plain(self, obj: Any) -> Obj:
+        result: Obj = self.api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+        return result
+
+    def list_nodes(self) -> list[Obj]:
+        try:
+            return [self._plain(n) for n in self.core.list_node().items]
+        except ApiException as exc:
+            raise _wrap(exc, "list nodes") from exc
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        readers: dict[Kind, Any] = {
+            Kind.DEPLOYMENT: self.apps.read_namespaced_deployment,
+            Kind.SERVICE: self.core.read_namespaced_service,
+            Kind.PDB: self.policy.read_namespaced_pod_disruption_budget,
+            Kind.POD: self.core.read_namespaced_pod,
+        }
+        try:
+            if kind is Kind.VLLM_SERVICE:
+                found = self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name
+                )
+                return cast(Obj, found)
+            return self._plain(readers[kind](name, namespace))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _wrap(exc, f"get {kind} {namespace}/{name}") from exc
+
+    def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        listers: dict[Kind, Any] = {
+            Kind.DEPLOYMENT: self.apps.list_namespaced_deployment,
+            Kind.SERVICE: self.core.list_namespaced_service,
+            Kind.PDB: self.policy.list_namespaced_pod_disruption_budget,
+            Kind.POD: self.core.list_namespaced_pod,
+        }
+        try:
+            items = listers[kind](namespace, label_selector=_selector(selector)).items
+        except ApiException as exc:
+            raise _wrap(exc, f"list {kind} in {namespace}") from exc
+        return [self._plain(i) for i in items]
+
+    def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        return self.list_owned(Kind.POD, namespace, selector)
+
+    def apply(self, obj: Obj) -> Obj:
+        kind = Kind(obj["kind"])
+        meta = obj["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        patchers: dict[Kind, Any] = {
+            Kind.DEPLOYMENT: self.apps.patch_namespaced_deployment,
+            Kind.SERVICE: self.core.patch_namespaced_service,
+            Kind.PDB: self.policy.patch_namespaced_pod_disruption_budget,
+        }
+        try:
+            result = patchers[kind](
+                name, namespace, obj, field_manager=FIELD_MANAGER, force=True, _content_type=APPLY
+            )
+        except ApiException as exc:
+            raise _wrap(exc, f"apply {kind} {namespace}/{name}") from exc
+        return self._plain(result)
+
+    def delete(self, kind: Kind, namespace: str, name: str) -> None:
+        deleters: dict[Kind, Any] = {
+            Kind.DEPLOYMENT: self.apps.delete_namespaced_deployment,
+            Kind.SERVICE: self.core.delete_namespaced_service,
+            Kind.PDB: self.policy.delete_namespaced_pod_disruption_budget,
+            Kind.POD: self.core.delete_namespaced_pod,
+        }
+        try:
+            deleters[kind](name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise _wrap(exc, f"delete {kind} {namespace}/{name}") from exc
+
+    def apply_status(self, namespace: str, name: str, status: Obj) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "VLLMService",
+            "metadata": {"name": name, "namespace": namespace},
+            "status": status,
+        }
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                body,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type=APPLY,
+            )
+        except ApiException as exc:
+            raise _wrap(exc, f"apply status of {namespace}/{name}") from exc
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _wrap(exc, f"read secret {namespace}/{name}") from exc
+        data = (secret.data or {}).get(key)
+        return base64.b64decode(data).decode() if data is not None else None
+
+    def emit_event(self, event: EventRecord) -> None:
+        now = datetime.now(UTC)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{event.name}.", "namespace": event.namespace},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "VLLMService",
+                "name": event.name,
+                "namespace": event.namespace,
+                "uid": event.uid,
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": FIELD_MANAGER,
+            "firstTimestamp": now.isoformat(),
+            "lastTimestamp": now.isoformat(),
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(event.namespace, body)  # type: ignore[arg-type]
+        except ApiException as exc:  # an Event is best effort: never fail a reconcile for it
+            log.warning("Failed to record event reason=%s status=%s", event.reason, exc.status)

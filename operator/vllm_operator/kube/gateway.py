@@ -1,0 +1,102 @@
+"""The Kubernetes I/O seam of the reconcile loop.
+
+Reconcile code talks to the cluster only through `KubeGateway`, a small Protocol with two
+implementations: `ApiGateway` (the real client, exercised against a real kube-apiserver in e2e)
+and `FakeGateway` (in memory, for millisecond reconcile tests that count write calls). Objects
+cross the seam as plain JSON-like dicts in the wire format, the same shape server-side apply takes.
+"""
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+Obj = dict[str, Any]
+
+
+class Kind(StrEnum):
+    """The object kinds the operator reads or writes."""
+
+    DEPLOYMENT = "Deployment"
+    SERVICE = "Service"
+    PDB = "PodDisruptionBudget"
+    VLLM_SERVICE = "VLLMService"
+    POD = "Pod"
+    NODE = "Node"
+    SECRET = "Secret"
+    EVENT = "Event"
+
+
+API_VERSIONS: dict[Kind, str] = {
+    Kind.DEPLOYMENT: "apps/v1",
+    Kind.SERVICE: "v1",
+    Kind.PDB: "policy/v1",
+    Kind.VLLM_SERVICE: "serving.vllm-operator.dev/v1alpha1",
+    Kind.POD: "v1",
+    Kind.NODE: "v1",
+    Kind.SECRET: "v1",
+    Kind.EVENT: "v1",
+}
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """A Kubernetes Event about a VLLMService."""
+
+    namespace: str
+    name: str
+    uid: str
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+class GatewayError(Exception):
+    """An API call failed; `status` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ConflictError(GatewayError):
+    """Optimistic-concurrency or field-manager conflict: retry with a fresh read."""
+
+
+class KubeGateway(Protocol):
+    """What the reconcile loop needs from the Kubernetes API."""
+
+    def list_nodes(self) -> list[Obj]:
+        """All nodes (the inventory groups those with GPUs)."""
+        ...
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        """One namespaced object, or None when it does not exist."""
+        ...
+
+    def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        """Objects of `kind` in `namespace` whose labels match `selector`."""
+        ...
+
+    def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        """Pods matching a label selector (status, restarts, OOMKilled)."""
+        ...
+
+    def apply(self, obj: Obj) -> Obj:
+        """Server-side apply with the operator's field manager (force: we own these fields)."""
+        ...
+
+    def delete(self, kind: Kind, namespace: str, name: str) -> None:
+        """Delete an object (missing is fine)."""
+        ...
+
+    def apply_status(self, namespace: str, name: str, status: Obj) -> None:
+        """Server-side apply of the VLLMService status subresource."""
+        ...
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
+        """A decoded Secret value, or None when the Secret or key is missing."""
+        ...
+
+    def emit_event(self, event: EventRecord) -> None:
+        """Record an Event on the VLLMService."""
+        ...
