@@ -1,0 +1,143 @@
+"""GPU node inventory: nodes grouped by GPU Feature Discovery product label.
+
+The planner needs one set of GPU facts per pool. Nodes are grouped by `nvidia.com/gpu.product`;
+memory comes from `nvidia.com/gpu.memory` (what the node really has), the catalog filling in
+what the label lacks. MIG nodes under the mixed strategy expose `nvidia.com/mig-<profile>`
+resources instead of `nvidia.com/gpu`, and the pool must request that resource.
+"""
+
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError, lookup_gpu, lookup_gpu_by_memory
+
+Obj = dict[str, object]
+
+LABEL_PRODUCT = "nvidia.com/gpu.product"
+LABEL_MEMORY = "nvidia.com/gpu.memory"
+RESOURCE_GPU = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+
+class GpuNodeGroup(BaseModel):
+    """All nodes carrying one GPU product label."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    product: str = Field(description="nvidia.com/gpu.product as the nodes carry it.")
+    memory_mib: int | None = Field(default=None, description="nvidia.com/gpu.memory, if labelled.")
+    resource: str = Field(default=RESOURCE_GPU, description="Extended resource pods request.")
+    nodes: int = 0
+    schedulable_nodes: int = Field(default=0, description="Ready and not cordoned.")
+    max_gpus_per_node: int = Field(default=0, description="Largest allocatable count on one node.")
+    allocatable_gpus: int = Field(default=0, description="Sum over schedulable nodes.")
+    node_names: tuple[str, ...] = ()
+
+
+def _as_dict(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: object) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _node_ready(node: dict[str, object]) -> bool:
+    conditions = _as_dict(node.get("status")).get("conditions") or []
+    assert isinstance(conditions, list)
+    return any(
+        isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in conditions
+    )
+
+
+def _gpu_resource(allocatable: dict[str, object], product: str) -> tuple[str, int]:
+    if "-MIG-" in product.upper():
+        profile = product.upper().split("-MIG-", 1)[1].lower()
+        mig = f"{MIG_RESOURCE_PREFIX}{profile}"
+        if mig in allocatable:
+            return mig, _int(allocatable[mig])
+    return RESOURCE_GPU, _int(allocatable.get(RESOURCE_GPU, 0))
+
+
+@dataclass
+class _Acc:
+    resource: str
+    memory_mib: int | None = None
+    nodes: int = 0
+    schedulable_nodes: int = 0
+    max_gpus_per_node: int = 0
+    allocatable_gpus: int = 0
+    node_names: list[str] = field(default_factory=list)
+
+
+def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
+    """Group nodes by GPU product label; nodes without the label are not GPU nodes."""
+    groups: dict[str, _Acc] = {}
+    for node in nodes:
+        meta = _as_dict(node.get("metadata"))
+        labels = _as_dict(meta.get("labels"))
+        product = labels.get(LABEL_PRODUCT)
+        if not isinstance(product, str) or not product:
+            continue
+        allocatable = _as_dict(_as_dict(node.get("status")).get("allocatable"))
+        resource, gpus = _gpu_resource(allocatable, product)
+        schedulable = _node_ready(node) and not _as_dict(node.get("spec")).get("unschedulable")
+        acc = groups.setdefault(product, _Acc(resource=resource))
+        acc.nodes += 1
+        acc.node_names.append(str(meta.get("name", "")))
+        memory = _int(labels.get(LABEL_MEMORY))
+        if memory > 0:
+            # Mixed memory labels under one product (driver differences): plan for the smallest.
+            acc.memory_mib = memory if acc.memory_mib is None else min(acc.memory_mib, memory)
+        if schedulable and gpus > 0:
+            acc.schedulable_nodes += 1
+            acc.allocatable_gpus += gpus
+            acc.max_gpus_per_node = max(acc.max_gpus_per_node, gpus)
+    return {
+        product: GpuNodeGroup(
+            product=product,
+            memory_mib=acc.memory_mib,
+            resource=acc.resource,
+            nodes=acc.nodes,
+            schedulable_nodes=acc.schedulable_nodes,
+            max_gpus_per_node=acc.max_gpus_per_node,
+            allocatable_gpus=acc.allocatable_gpus,
+            node_names=tuple(sorted(acc.node_names)),
+        )
+        for product, acc in sorted(groups.items())
+    }
+
+
+def canonical_label(label: str) -> str:
+    """The catalog's canonical spelling of a product label or alias, or the label itself."""
+    try:
+        return lookup_gpu(label).label
+    except UnknownGpuError:
+        return label
+
+
+def match_groups(gpu_type: str, groups: dict[str, GpuNodeGroup]) -> list[GpuNodeGroup]:
+    """Node groups serving a spec's gpuTypes entry (exact label, older spelling or alias)."""
+    if gpu_type in groups:
+        return [groups[gpu_type]]
+    wanted = canonical_label(gpu_type)
+    return [g for p, g in groups.items() if canonical_label(p) == wanted]
+
+
+def gpu_facts(group: GpuNodeGroup) -> GpuFacts:
+    """GPU facts for a node group: the node's memory label wins over the catalog.
+
+    A product the catalog does not know is still planned from its memory label (conservatively:
+    no bf16, no fp8); without either, UnknownGpuError says what is missing.
+    """
+    try:
+        return lookup_gpu(group.product, memory_mib=group.memory_mib)
+    except UnknownGpuError:
+        if group.memory_mib is None:
+            raise
+        return lookup_gpu_by_memory(group.memory_mib)

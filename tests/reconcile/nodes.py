@@ -1,0 +1,46 @@
+"""Node objects shaped like GPU Feature Discovery labels them, for reconcile tests."""
+
+from typing import Any
+
+GPU_MEMORY_MIB = {
+    "NVIDIA-H100-80GB-HBM3": 81559,
+    "NVIDIA-A100-SXM4-40GB": 40960,
+    "NVIDIA-L4": 23034,
+    "Tesla-T4": 15360,
+}
+
+
+def gpu_node(
+    name: str,
+    product: str,
+    gpus: int = 8,
+    *,
+    ready: bool = True,
+    unschedulable: bool = False,
+    memory_mib: int | None = None,
+    extra_resources: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    memory = memory_mib if memory_mib is not None else GPU_MEMORY_MIB.get(product)
+    labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.present": "true"}
+    if memory is not None:
+        labels["nvidia.com/gpu.memory"] = str(memory)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"unschedulable": True} if unschedulable else {},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus),
+                            **(extra_resources or {})},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def cpu_node(name: str = "cpu-0") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {}},
+        "status": {"allocatable": {"cpu": "32"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }

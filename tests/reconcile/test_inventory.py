@@ -1,0 +1,59 @@
+"""GPU nodes are grouped by product label with memory, capacity and schedulability."""
+
+from vllm_operator.reconcile.inventory import gpu_facts, group_gpu_nodes, match_groups
+
+from .nodes import cpu_node, gpu_node
+
+
+def test_groups_by_product_and_counts_schedulable_capacity() -> None:
+    groups = group_gpu_nodes(
+        [
+            gpu_node("h100-0", "NVIDIA-H100-80GB-HBM3", 8),
+            gpu_node("h100-1", "NVIDIA-H100-80GB-HBM3", 8, unschedulable=True),
+            gpu_node("h100-2", "NVIDIA-H100-80GB-HBM3", 4, ready=False),
+            gpu_node("l4-0", "NVIDIA-L4", 1),
+            cpu_node(),
+        ]
+    )
+    assert sorted(groups) == ["NVIDIA-H100-80GB-HBM3", "NVIDIA-L4"]
+    h100 = groups["NVIDIA-H100-80GB-HBM3"]
+    assert h100.nodes == 3 and h100.schedulable_nodes == 1
+    assert h100.allocatable_gpus == 8 and h100.max_gpus_per_node == 8
+    assert h100.memory_mib == 81559
+    assert groups["NVIDIA-L4"].node_names == ("l4-0",)
+
+
+def test_smallest_memory_label_wins_within_a_product() -> None:
+    groups = group_gpu_nodes(
+        [
+            gpu_node("a", "NVIDIA-L4", memory_mib=23034),
+            gpu_node("b", "NVIDIA-L4", memory_mib=22000),
+        ]
+    )
+    assert groups["NVIDIA-L4"].memory_mib == 22000
+
+
+def test_mig_nodes_request_the_mig_resource() -> None:
+    node = gpu_node(
+        "mig-0",
+        "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+        gpus=0,
+        memory_mib=4864,
+        extra_resources={"nvidia.com/mig-1g.5gb": "7"},
+    )
+    group = group_gpu_nodes([node])["NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"]
+    assert group.resource == "nvidia.com/mig-1g.5gb"
+    assert group.allocatable_gpus == 7
+
+
+def test_spec_aliases_and_old_labels_match_node_labels() -> None:
+    groups = group_gpu_nodes([gpu_node("a", "NVIDIA-A100-SXM4-40GB")])
+    assert match_groups("A100-SXM4-40GB", groups)  # driver without the NVIDIA- prefix
+    assert match_groups("NVIDIA-A100-SXM4-40GB", groups)
+    assert not match_groups("NVIDIA-L4", groups)
+
+
+def test_node_memory_label_wins_over_catalog() -> None:
+    groups = group_gpu_nodes([gpu_node("a", "NVIDIA-L4", memory_mib=20000)])
+    facts = gpu_facts(groups["NVIDIA-L4"])
+    assert facts.total_mib == 20000
