@@ -30,8 +30,12 @@ def gpu_node(
         "metadata": {"name": name, "labels": labels},
         "spec": {"unschedulable": True} if unschedulable else {},
         "status": {
-            "allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus),
-                            **(extra_resources or {})},
+            "allocatable": {
+                "cpu": "64",
+                "memory": "512Gi",
+                "nvidia.com/gpu": str(gpus),
+                **(extra_resources or {}),
+            },
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         },
     }
@@ -42,5 +46,8 @@ def cpu_node(name: str = "cpu-0") -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": {}},
-        "status": {"allocatable": {"cpu": "32"}, "conditions": [{"type": "Ready", "status": "True"}]},
+        "status": {
+            "allocatable": {"cpu": "32"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
     }

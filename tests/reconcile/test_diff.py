@@ -14,8 +14,13 @@ DESIRED: dict[str, Any] = {
 
 def live_copy() -> dict[str, Any]:
     return {
-        "metadata": {"name": "x", "namespace": "d", "labels": {"a": "1", "extra": "y"},
-                     "uid": "u", "resourceVersion": "7"},
+        "metadata": {
+            "name": "x",
+            "namespace": "d",
+            "labels": {"a": "1", "extra": "y"},
+            "uid": "u",
+            "resourceVersion": "7",
+        },
         "spec": {
             "replicas": 1,
             "progressDeadlineSeconds": 600,

@@ -6,7 +6,12 @@ Each command lives in its own module and is registered here with one line.
 import click
 
 from vllm_operator import __version__
+from vllm_operator.cli.check_args import check_args
 from vllm_operator.cli.crd import crd
+from vllm_operator.cli.estimate import estimate
+from vllm_operator.cli.flags import flags
+from vllm_operator.cli.plan import plan
+from vllm_operator.cli.probe import probe
 from vllm_operator.cli.validate import validate
 
 
@@ -18,6 +23,11 @@ def cli() -> None:
 
 cli.add_command(crd)
 cli.add_command(validate)
+cli.add_command(estimate)
+cli.add_command(plan)
+cli.add_command(probe)
+cli.add_command(flags)
+cli.add_command(check_args)
 
 
 def main() -> None:

@@ -1,0 +1,323 @@
+"""Benchmark the memory model against published vLLM startup logs.
+
+Runs the same estimate as `vllm-operator estimate` over every row of
+bench/data/vllm-startup-logs.csv that has enough inputs (bench/data/row-inputs.yaml adds what a
+row's notes state and marks rows that lack inputs), prints a per-row table and a summary, and
+writes both to docs/planning-model.md between the BENCH markers.
+
+    python hack/bench_planner.py [--write docs/planning-model.md]
+"""
+
+import argparse
+import csv
+import re
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vllm_operator.catalog.architectures import UnknownModelError, lookup_architecture
+from vllm_operator.catalog.gpus import lookup_gpu, lookup_gpu_by_memory
+from vllm_operator.planning.errors import PlanningInputError
+from vllm_operator.planning.gpu import gpu_memory
+from vllm_operator.planning.memory import (
+    GIB,
+    EngineArgs,
+    MemoryEstimate,
+    estimate_memory,
+    kv_bytes_per_token,
+)
+from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "bench" / "data" / "vllm-startup-logs.csv"
+INPUTS = ROOT / "bench" / "data" / "row-inputs.yaml"
+BEGIN, END = "<!-- BENCH:BEGIN -->", "<!-- BENCH:END -->"
+
+_GPU_NAMES = [
+    ("H100", "NVIDIA-H100-80GB-HBM3"),
+    ("H200", "NVIDIA-H200"),
+    ("A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB"),
+    ("A100 40GB", "NVIDIA-A100-SXM4-40GB"),
+    ("A100 80GB", "NVIDIA-A100-SXM4-80GB"),
+    ("L40S", "NVIDIA-L40S"),
+    ("L4", "NVIDIA-L4"),
+    ("T4", "Tesla-T4"),
+    ("3090", "NVIDIA-GeForce-RTX-3090"),
+    ("4090", "NVIDIA-GeForce-RTX-4090"),
+    ("A6000", "NVIDIA-RTX-A6000"),
+]
+
+
+@dataclass
+class Result:
+    row: int
+    model: str
+    version: str
+    gpu: str
+    tp: int
+    answered: bool
+    reason: str = ""
+    weights_pred: float | None = None
+    weights_log: float | None = None
+    kv_pred: float | None = None
+    kv_log: float | None = None
+    kv_unit: str = "GiB"
+    kind: str = ""
+
+    @property
+    def weights_err(self) -> float | None:
+        if self.weights_pred is None or not self.weights_log:
+            return None
+        return 100.0 * (self.weights_pred - self.weights_log) / self.weights_log
+
+    @property
+    def kv_err(self) -> float | None:
+        if self.kv_pred is None or not self.kv_log:
+            return None
+        return 100.0 * (self.kv_pred - self.kv_log) / self.kv_log
+
+
+def _num(text: str) -> float | None:
+    text = (text or "").strip()
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def _version(text: str) -> str | None:
+    match = re.search(r"\d+\.\d+\.\d+(?:\.post\d+|\.\d+)?", text or "")
+    return match.group(0) if match else None
+
+
+def _quant(text: str) -> str | None:
+    t = (text or "").strip().lower()
+    if not t or t == "none":
+        return None
+    return t.split()[0]
+
+
+def _gpu_label(name: str) -> str | None:
+    for needle, label in _GPU_NAMES:
+        if needle.upper() in name.upper():
+            return label
+    return None
+
+
+def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
+    model = str(extra.get("model") or re.sub(r"\s*\(.*\)$", "", row["model_id"]).strip())
+    version = str(extra.get("version") or _version(row["vllm_version"]) or "")
+    base = Result(row=index, model=model, version=version or "?", gpu="", tp=1, answered=False)
+    if "skip" in extra:
+        base.reason = str(extra["skip"])
+        return base
+    if not version:
+        base.reason = "vLLM version not stated"
+        return base
+    try:
+        arch = lookup_architecture(model)
+    except UnknownModelError as exc:
+        base.reason = str(exc).split(". Supply")[0]
+        return base
+    base.kind = arch.kind + (" +vision" if arch.is_multimodal else "")
+    if "gpu_memory_mib" in extra:
+        facts = lookup_gpu_by_memory(int(extra["gpu_memory_mib"]))
+    else:
+        label = extra.get("gpu") or _gpu_label(row["gpu_name"])
+        if label is None:
+            base.reason = f"GPU {row['gpu_name']!r} not mapped to a product label"
+            return base
+        facts = lookup_gpu(str(label))
+    total = extra.get("gpu_total_gib") or _num(row["gpu_total_gib"])
+    gpu = gpu_memory(facts, total_gib=float(total) if total else None)
+    base.gpu = facts.label
+    tp = int(_num(row["num_gpus_tp"]) or 1)
+    base.tp = tp
+    eager = row["enforce_eager"].strip().lower() == "true"
+    dtype = row["dtype"].strip() or "auto"
+    args = EngineArgs(
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=int(_num(row["pp_size"]) or 1),
+        gpu_memory_utilization=extra.get("gpu_memory_utilization")
+        or _num(row["gpu_memory_utilization"]),
+        max_model_len=int(_num(row["max_model_len"]) or 0) or None,
+        max_num_seqs=extra.get("max_num_seqs") or (int(_num(row["max_num_seqs"]) or 0) or None),
+        max_num_batched_tokens=extra.get("max_num_batched_tokens"),
+        block_size=int(_num(row["block_size"]) or 0) or None,
+        dtype=dtype,
+        quantization=_quant(row["quantization"]),
+        kv_cache_dtype=(row["kv_cache_dtype"].strip() or "auto"),
+        enforce_eager=eager,
+        vllm_version=version or DEFAULT_VLLM_VERSION,
+    )
+    try:
+        est: MemoryEstimate = estimate_memory(arch, gpu, args)
+    except PlanningInputError as exc:
+        base.reason = f"rejected: {exc}"
+        return base
+    base.answered = True
+    base.weights_pred = est.weights_gib
+    base.weights_log = _num(row["weights_gib"])
+    if extra.get("weights_only"):
+        return base
+    kv_gib = _num(row["kv_cache_gib"])
+    if kv_gib:
+        base.kv_pred, base.kv_log = est.kv_cache_gib, kv_gib
+    else:
+        tokens = _num(row["kv_cache_tokens"])
+        blocks = _num(row["gpu_blocks"])
+        logged = tokens or (blocks * (args.block_size or 16) if blocks else None)
+        if logged and not extra.get("tokens_not_comparable"):
+            base.kv_pred, base.kv_log, base.kv_unit = float(est.kv_cache_tokens), logged, "tokens"
+    if base.weights_log is None and base.kv_log is None:
+        base.answered = False
+        base.reason = "row logs neither weights nor KV cache"
+    return base
+
+
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{value:+.1f} %"
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return ""
+    return f"{value:,.0f} tok" if unit == "tokens" else f"{value:.2f}"
+
+
+def _p90(values: list[float]) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = 0.9 * (len(ordered) - 1)
+    lo, hi = int(rank), min(int(rank) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+
+
+def bytes_per_token_check(inputs: dict[int, dict[str, Any]]) -> list[str]:
+    """Structural check of the KV formula on every row that logs both KV GiB and tokens,
+    answered or not (it needs no GPU, util or version): implied bytes/token/GPU vs the model."""
+    lines = [
+        "| row | model | TP | PP | implied B/token/GPU | model B/token/GPU | err |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    with LOGS.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for index, row in enumerate(rows):
+        extra = inputs.get(index, {})
+        kv, tokens = _num(row["kv_cache_gib"]), _num(row["kv_cache_tokens"])
+        if not kv or not tokens or extra.get("tokens_not_comparable"):
+            continue
+        model = str(extra.get("model") or re.sub(r"\s*\(.*\)$", "", row["model_id"]).strip())
+        try:
+            arch = lookup_architecture(model)
+        except UnknownModelError:
+            continue
+        tp = int(_num(row["num_gpus_tp"]) or 1)
+        pp = int(_num(row["pp_size"]) or 1)
+        kv_bytes = 1 if row["kv_cache_dtype"].strip().startswith("fp8") else 2
+        layers = -(-arch.num_hidden_layers // pp)
+        ours = kv_bytes_per_token(arch, tp=tp, layers=layers, kv_dtype_bytes=kv_bytes)
+        implied = kv * GIB / tokens
+        err = 100.0 * (ours - implied) / implied
+        lines.append(
+            f"| {index} | {model} | {tp} | {pp} | {implied:,.0f} | {ours:,} | {err:+.1f} % |"
+        )
+    return lines
+
+
+def render(results: list[Result]) -> str:
+    lines = [
+        "| row | model | kind | vLLM | GPU | TP | weights pred / log GiB | err | "
+        "KV pred / log (GiB or tokens) | err |",
+        "|---:|---|---|---|---|---:|---|---:|---|---:|",
+    ]
+    for r in results:
+        if not r.answered:
+            continue
+        w = f"{_fmt(r.weights_pred, 'GiB')} / {_fmt(r.weights_log, 'GiB')}" if r.weights_log else ""
+        kv = f"{_fmt(r.kv_pred, r.kv_unit)} / {_fmt(r.kv_log, r.kv_unit)}" if r.kv_log else ""
+        lines.append(
+            f"| {r.row} | {r.model} | {r.kind} | {r.version} | {r.gpu} | {r.tp} | {w} | "
+            f"{_pct(r.weights_err)} | {kv} | {_pct(r.kv_err)} |"
+        )
+    kv_errs = [r.kv_err for r in results if r.kv_err is not None]
+    w_errs = [r.weights_err for r in results if r.weights_err is not None]
+    answered = [r for r in results if r.answered]
+    worst_over = max(kv_errs) if kv_errs else float("nan")
+    summary = [
+        "",
+        f"- rows answered: **{len(answered)} of {len(results)}** "
+        f"({len(kv_errs)} with a logged KV cache, {len(w_errs)} with logged weights)",
+        f"- KV cache: median absolute error **{statistics.median(map(abs, kv_errs)):.1f} %**, "
+        f"p90 **{_p90([abs(e) for e in kv_errs]):.1f} %**, worst over-prediction "
+        f"**{worst_over:+.1f} %** (targets: <= 5 %, <= 12 %, <= +10 %)",
+        f"- weights: median absolute error **{statistics.median(map(abs, w_errs)):.1f} %**, "
+        f"p90 {_p90([abs(e) for e in w_errs]):.1f} % (target: <= 2 %)",
+        "",
+        "Unanswered rows:",
+        "",
+    ]
+    for r in results:
+        if not r.answered:
+            summary.append(f"- row {r.row} ({r.model}): {r.reason}")
+    return "\n".join(lines + summary) + "\n"
+
+
+def summary_numbers(results: list[Result]) -> dict[str, float]:
+    kv_errs = [r.kv_err for r in results if r.kv_err is not None]
+    w_errs = [r.weights_err for r in results if r.weights_err is not None]
+    return {
+        "kv_median": statistics.median(map(abs, kv_errs)),
+        "kv_p90": _p90([abs(e) for e in kv_errs]),
+        "kv_worst_over": max(kv_errs),
+        "weights_median": statistics.median(map(abs, w_errs)),
+        "answered": float(sum(r.answered for r in results)),
+    }
+
+
+def run_all() -> list[Result]:
+    inputs: dict[int, dict[str, Any]] = yaml.safe_load(INPUTS.read_text("utf-8")) or {}
+    with LOGS.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    return [run_row(i, row, inputs.get(i, {})) for i, row in enumerate(rows)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", type=Path, help="markdown file to update between markers")
+    opts = parser.parse_args()
+    results = run_all()
+    inputs: dict[int, dict[str, Any]] = yaml.safe_load(INPUTS.read_text("utf-8")) or {}
+    text = render(results)
+    text += (
+        "\nKV bytes per token (structural check of the KV formula; implied = logged KV GiB / "
+        "logged tokens, so log rounding shows as ~0.1 %):\n\n"
+        + "\n".join(bytes_per_token_check(inputs))
+        + "\n"
+    )
+    print(text)
+    if opts.write is not None:
+        doc = opts.write.read_text("utf-8") if opts.write.exists() else f"{BEGIN}\n{END}\n"
+        if BEGIN not in doc or END not in doc:
+            doc += f"\n{BEGIN}\n{END}\n"
+        head, rest = doc.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        opts.write.write_text(f"{head}{BEGIN}\n{text}{END}{tail}", "utf-8")
+        print(f"Wrote {opts.write}", file=sys.stderr)
+    numbers = summary_numbers(results)
+    ok = (
+        numbers["kv_median"] <= 5
+        and numbers["kv_p90"] <= 12
+        and numbers["kv_worst_over"] <= 10
+        and numbers["weights_median"] <= 2
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

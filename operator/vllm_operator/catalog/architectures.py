@@ -1,0 +1,444 @@
+"""Model architectures: the numbers the memory model needs, from three places.
+
+1. The shipped catalog: `data/model-architectures.json` (the design's shared copy) overlaid by
+   `data/model-architectures-extra.json` (families the planner adds; every entry names its source).
+2. A Hugging Face `config.json` (a file, or fetched by the `hub` gateway and handed in as a dict).
+3. The inline override of a VLLMService (`spec.model.architecture`).
+
+All three become one `Architecture`, the planner's internal type. Names follow config.json.
+"""
+
+import json
+from enum import StrEnum
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vllm_operator.api.spec import Architecture as ArchitectureOverride
+
+
+class QuantMethod(StrEnum):
+    """Weight formats the memory model sizes (vLLM's --quantization spellings)."""
+
+    NONE = "none"
+    AWQ = "awq"
+    GPTQ = "gptq"
+    BITSANDBYTES = "bitsandbytes"
+    FP8 = "fp8"
+    FBGEMM_FP8 = "fbgemm_fp8"
+    COMPRESSED_TENSORS = "compressed-tensors"
+    MXFP4 = "mxfp4"
+    INT8 = "int8"
+
+
+_QUANT_ALIASES = {
+    "awq_marlin": QuantMethod.AWQ,
+    "gptq_marlin": QuantMethod.GPTQ,
+    "marlin": QuantMethod.GPTQ,
+    "bnb": QuantMethod.BITSANDBYTES,
+    "compressed_tensors": QuantMethod.COMPRESSED_TENSORS,
+    "modelopt": QuantMethod.FP8,
+    "experts_int8": QuantMethod.INT8,
+}
+
+
+def parse_quant_method(text: str | None) -> QuantMethod:
+    """vLLM's --quantization value or a config's quant_method, as a QuantMethod."""
+    if text is None or text.strip().lower() in ("", "none", "null"):
+        return QuantMethod.NONE
+    key = text.strip().lower()
+    if key in _QUANT_ALIASES:
+        return _QUANT_ALIASES[key]
+    try:
+        return QuantMethod(key)
+    except ValueError:
+        accepted = ", ".join(m.value for m in QuantMethod)
+        raise ValueError(f"unsupported quantization {text!r}; accepted: {accepted}") from None
+
+
+class Quantization(BaseModel):
+    """How a checkpoint's weights are stored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: QuantMethod
+    bits: float = Field(gt=0, le=16)
+    group_size: int | None = None
+    zero_point: bool = False
+    double_quant: bool = False
+    experts_only: bool = Field(
+        default=False, description="Only routed MoE experts are quantised (gpt-oss, Kimi-K2)."
+    )
+    mlp_only: bool = Field(
+        default=False,
+        description="Only MLP projections are quantised (Meta's fbgemm FP8 405B keeps attention).",
+    )
+    unquantized_mlp_layers: int = 0
+
+    def bytes_per_param(self) -> float:
+        """Stored bytes per quantised parameter, scales and zero points included."""
+        base = self.bits / 8.0
+        if self.method is QuantMethod.BITSANDBYTES:
+            # nf4: one fp32 absmax per 64 weights; double quantisation stores it as int8 plus an
+            # fp32 scale per 256 blocks (bitsandbytes Params4bit / QuantState).
+            return base + (1.0 / 64 + 4.0 / (64 * 256) if self.double_quant else 4.0 / 64)
+        if self.method is QuantMethod.MXFP4:
+            return base + 1.0 / (self.group_size or 32)  # one E8M0 scale per 32 weights
+        if self.group_size:
+            scale = 2.0 / self.group_size  # fp16/bf16 scale per group
+            zeros = (self.bits / 8.0) / self.group_size if self.zero_point else 0.0
+            return base + scale + zeros
+        return base  # per-channel / per-block scales: below 0.1 %
+
+
+class Architecture(BaseModel):
+    """A decoder-only transformer as far as memory is concerned."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    model_type: str = "unknown"
+    num_hidden_layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    num_attention_heads: int = Field(ge=1)
+    num_key_value_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1)
+    vocab_size: int = Field(ge=1)
+    max_position_embeddings: int | None = None
+    torch_dtype: str = "bfloat16"
+    tie_word_embeddings: bool = False
+    gated_mlp: bool = True
+    attention_bias: bool = False
+    # MoE
+    num_experts: int | None = None
+    num_experts_per_tok: int | None = None
+    moe_intermediate_size: int | None = None
+    num_shared_experts: int = 0
+    shared_expert_intermediate_size: int | None = None
+    first_k_dense_replace: int = 0
+    # MLA (DeepSeek V2/V3, Kimi-K2)
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    # sliding window / hybrid layouts
+    sliding_window: int | None = None
+    sliding_window_layers: int = Field(
+        default=0, description="Layers that use the sliding window (V1 groups them apart)."
+    )
+    quantization: Quantization | None = None
+    vision_params: int = Field(default=0, ge=0, description="Vision tower, replicated per rank.")
+    num_parameters: int | None = Field(default=None, description="Exact count when known.")
+    source: str = ""
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None and self.num_experts > 1
+
+    @property
+    def is_multimodal(self) -> bool:
+        return self.vision_params > 0
+
+    @property
+    def kind(self) -> str:
+        """dense | GQA | MoE | MLA: the families the benchmark must answer."""
+        if self.is_mla:
+            return "MLA"
+        if self.is_moe:
+            return "MoE"
+        if self.num_key_value_heads < self.num_attention_heads:
+            return "GQA"
+        return "dense"
+
+
+class UnknownModelError(LookupError):
+    """No architecture for a model: says how to supply one."""
+
+    def __init__(self, name: str, detail: str = "") -> None:
+        self.model = name
+        super().__init__(
+            f"unknown model {name!r}{': ' + detail if detail else ''}. Supply its architecture: "
+            "`--model-config PATH` (the model's Hugging Face config.json), spec.model.architecture "
+            "inline in the VLLMService, or let the operator read config.json from the Hub "
+            "(spec.model.source.huggingFace, with tokenSecretRef for gated models)."
+        )
+
+
+# ------------------------------------------------------------------------------ from config.json
+
+
+def _first(cfg: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        value = cfg.get(key)
+        if value is not None:
+            return value
+    return None
+
+
+def _quantization_from_config(qc: dict[str, Any] | None) -> Quantization | None:
+    if not qc:
+        return None
+    method = parse_quant_method(str(_first(qc, "quant_method", "quant_type") or "none"))
+    if method is QuantMethod.NONE:
+        return None
+    bits = _first(qc, "bits", "w_bit")
+    group = _first(qc, "group_size", "q_group_size")
+    sym = qc.get("symmetric", qc.get("sym"))
+    targets = str(qc.get("targets", ""))
+    if method is QuantMethod.BITSANDBYTES:
+        bits = 8 if qc.get("load_in_8bit") else 4
+        return Quantization(
+            method=method,
+            bits=bits,
+            double_quant=bool(qc.get("bnb_4bit_use_double_quant", False)),
+        )
+    if method is QuantMethod.COMPRESSED_TENSORS and bits is None:
+        bits = _compressed_tensors_bits(qc)
+        group = group or _compressed_tensors_group(qc)
+    if method in (QuantMethod.FP8, QuantMethod.FBGEMM_FP8):
+        bits = 8
+    if method is QuantMethod.MXFP4:
+        bits, group = 4, group or 32
+    return Quantization(
+        method=method,
+        bits=float(bits or 4),
+        group_size=int(group) if group and int(group) > 0 else None,
+        zero_point=bool(qc.get("zero_point", False)) if sym is None else not bool(sym),
+        experts_only=targets == "experts" or method is QuantMethod.MXFP4,
+        mlp_only=method is QuantMethod.FBGEMM_FP8,
+        unquantized_mlp_layers=2 if method is QuantMethod.FBGEMM_FP8 else 0,
+    )
+
+
+def _compressed_tensors_bits(qc: dict[str, Any]) -> int:
+    groups = qc.get("config_groups") or {}
+    for group in groups.values():
+        weights = (group or {}).get("weights") or {}
+        if weights.get("num_bits"):
+            return int(weights["num_bits"])
+    return 8
+
+
+def _compressed_tensors_group(qc: dict[str, Any]) -> int | None:
+    for group in (qc.get("config_groups") or {}).values():
+        weights = (group or {}).get("weights") or {}
+        if weights.get("group_size"):
+            return int(weights["group_size"])
+    return None
+
+
+def _sliding_layers(cfg: dict[str, Any], layers: int) -> int:
+    window = cfg.get("sliding_window")
+    if window in (None, 0) or cfg.get("use_sliding_window") is False:
+        return 0
+    if str(cfg.get("model_type", "")).startswith("qwen") and not cfg.get("use_sliding_window"):
+        return 0  # Qwen configs carry sliding_window but default use_sliding_window to false
+    longest = cfg.get("max_position_embeddings")
+    if isinstance(window, int) and isinstance(longest, int) and window >= longest:
+        return 0  # a window as long as the context is full attention
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list):
+        return sum(1 for t in layer_types if "sliding" in str(t))
+    pattern = cfg.get("sliding_window_pattern")
+    if isinstance(pattern, int) and pattern > 1:
+        return layers - layers // pattern  # Gemma-3: every pattern-th layer is global
+    if str(cfg.get("model_type", "")).startswith(("gemma2", "gpt_oss")):
+        return layers // 2  # alternating local/global
+    if isinstance(layer_types, str) and "alternating" in layer_types:
+        return layers // 2
+    return layers  # Mistral-v0.1 style: every layer windowed
+
+
+def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> Architecture:
+    """Read a Hugging Face config.json (dict). Multimodal configs use their text_config.
+
+    Raises ValueError naming the missing keys when the config lacks what the model needs.
+    """
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None
+    merged: dict[str, Any] = {**cfg, **(text or {})}
+    if text is not None and "model_type" in cfg:
+        merged["model_type"] = cfg["model_type"]
+    layers = _first(merged, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _first(merged, "hidden_size", "n_embd", "d_model")
+    heads = _first(merged, "num_attention_heads", "n_head")
+    vocab = _first(merged, "vocab_size", "padded_vocab_size")
+    inter = _first(merged, "intermediate_size", "ffn_hidden_size", "n_inner")
+    model_type = str(merged.get("model_type") or "unknown")
+    if inter is None and model_type in ("phi", "gpt2", "opt") and hidden is not None:
+        inter = 4 * int(hidden)
+    missing = [
+        key
+        for key, value in (
+            ("num_hidden_layers", layers),
+            ("hidden_size", hidden),
+            ("num_attention_heads", heads),
+            ("vocab_size", vocab),
+            ("intermediate_size", inter),
+        )
+        if value is None
+    ]
+    if missing:
+        raise ValueError(f"config of {name!r} lacks {', '.join(missing)}")
+    kv_heads = _first(merged, "num_key_value_heads", "num_kv_heads", "multi_query_group_num")
+    head_dim = _first(merged, "head_dim") or int(hidden) // int(heads)
+    experts = _first(merged, "num_experts", "num_local_experts", "n_routed_experts")
+    kv_lora = merged.get("kv_lora_rank")
+    dense_layers = _first(merged, "first_k_dense_replace", "n_dense_layers") or 0
+    q_lora = merged.get("q_lora_rank") or None
+    tie_default = model_type.startswith("gemma")
+    tie = merged.get("tie_word_embeddings")
+    quant = _quantization_from_config(
+        cfg.get("quantization_config") or merged.get("quantization_config")
+    )
+    dtype = str(_first(merged, "torch_dtype", "dtype") or "bfloat16").split()[0]
+    return Architecture(
+        name=name,
+        model_type=model_type,
+        num_hidden_layers=int(layers),
+        hidden_size=int(hidden),
+        num_attention_heads=int(heads),
+        num_key_value_heads=1 if kv_lora else int(kv_heads or heads),
+        head_dim=int(head_dim),
+        intermediate_size=int(inter),
+        vocab_size=int(vocab),
+        max_position_embeddings=merged.get("max_position_embeddings"),
+        torch_dtype=dtype,
+        tie_word_embeddings=bool(tie) if tie is not None else tie_default,
+        gated_mlp=str(merged.get("mlp", "")) != "plain"
+        and model_type not in ("phi", "opt", "gpt2"),
+        attention_bias=bool(merged.get("attention_bias")) or model_type.startswith("qwen2"),
+        num_experts=int(experts) if experts else None,
+        num_experts_per_tok=merged.get("num_experts_per_tok"),
+        moe_intermediate_size=_first(merged, "moe_intermediate_size")
+        or (int(inter) if experts else None),
+        num_shared_experts=int(_first(merged, "n_shared_experts", "num_shared_experts") or 0),
+        shared_expert_intermediate_size=merged.get("shared_expert_intermediate_size"),
+        first_k_dense_replace=int(dense_layers),
+        kv_lora_rank=kv_lora,
+        q_lora_rank=q_lora,
+        qk_nope_head_dim=merged.get("qk_nope_head_dim"),
+        qk_rope_head_dim=merged.get("qk_rope_head_dim"),
+        v_head_dim=merged.get("v_head_dim"),
+        sliding_window=merged.get("sliding_window")
+        if _sliding_layers(merged, int(layers))
+        else None,
+        sliding_window_layers=_sliding_layers(merged, int(layers)),
+        quantization=quant,
+        vision_params=int(merged.get("vision_params") or 0),
+        num_parameters=merged.get("num_parameters"),
+        source=source,
+    )
+
+
+def load_config_file(path: Path) -> Architecture:
+    """An architecture from a config.json on disk (`estimate --model-config`)."""
+    try:
+        cfg = json.loads(path.read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read model config {str(path)!r}: {exc}") from exc
+    if not isinstance(cfg, dict):
+        raise ValueError(f"model config {str(path)!r} is not a JSON object")
+    name = str(cfg.get("_name_or_path") or path.parent.name or path.stem)
+    return architecture_from_hf_config(cfg, name, f"file {path}")
+
+
+def architecture_from_override(override: ArchitectureOverride, name: str) -> Architecture:
+    """The VLLMService's inline `spec.model.architecture` as an Architecture."""
+    inter = override.intermediate_size or override.moe_intermediate_size or 4 * override.hidden_size
+    return Architecture(
+        name=name,
+        model_type=override.model_type or "unknown",
+        num_hidden_layers=override.num_hidden_layers,
+        hidden_size=override.hidden_size,
+        num_attention_heads=override.num_attention_heads,
+        num_key_value_heads=1
+        if override.kv_lora_rank
+        else (override.num_key_value_heads or override.num_attention_heads),
+        head_dim=override.head_dim or override.hidden_size // override.num_attention_heads,
+        intermediate_size=inter,
+        vocab_size=override.vocab_size,
+        max_position_embeddings=override.max_position_embeddings,
+        tie_word_embeddings=bool(override.tie_word_embeddings),
+        num_experts=override.num_experts,
+        num_experts_per_tok=override.num_experts_per_token,
+        moe_intermediate_size=override.moe_intermediate_size
+        or (inter if override.num_experts else None),
+        num_shared_experts=override.num_shared_experts or 0,
+        kv_lora_rank=override.kv_lora_rank,
+        qk_rope_head_dim=override.qk_rope_head_dim,
+        sliding_window=override.sliding_window,
+        num_parameters=override.num_parameters,
+        source="spec.model.architecture (inline override)",
+    )
+
+
+# -------------------------------------------------------------------------------------- catalog
+
+
+def _read_json(name: str) -> dict[str, Any]:
+    text = resources.files("vllm_operator.catalog").joinpath("data", name).read_text("utf-8")
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"catalog file {name} is not a JSON object")
+    return data
+
+
+@cache
+def _raw_catalog() -> dict[str, dict[str, Any]]:
+    """Every entry, extras overlaid and `extends` resolved, keyed by repo id."""
+    shared = {k: dict(v) for k, v in _read_json("model-architectures.json").items()}
+    extra = {k: v for k, v in _read_json("model-architectures-extra.json").items() if k[0] != "_"}
+    merged: dict[str, dict[str, Any]] = dict(shared)
+    for key, entry in extra.items():
+        base = dict(merged.get(key, {}))
+        if base and "source" in entry:
+            entry = {**entry, "source": f"{base.get('source', '')} | {entry['source']}"}
+        merged[key] = {**base, **{k: v for k, v in entry.items() if v is not None or k in base}}
+
+    def resolve(key: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+        entry = merged[key]
+        parent = entry.get("extends")
+        if not parent or parent in seen:
+            return entry
+        base = resolve(str(parent), (*seen, key))
+        return {**base, **{k: v for k, v in entry.items() if v is not None}, "extends": None}
+
+    resolved = {key: resolve(key) for key in merged}
+    for entry in list(resolved.values()):
+        for alias in entry.get("aliases") or []:
+            resolved.setdefault(str(alias), entry)
+    return resolved
+
+
+def catalog_names() -> list[str]:
+    """Model ids the catalog knows (complete or not)."""
+    return sorted(_raw_catalog())
+
+
+@cache
+def lookup_architecture(name: str) -> Architecture:
+    """The catalog's architecture for a repo id (case-insensitive; aliases included).
+
+    Raises UnknownModelError when the model is absent or its entry lacks dimensions.
+    """
+    catalog = _raw_catalog()
+    key = name if name in catalog else next((k for k in catalog if k.lower() == name.lower()), None)
+    if key is None:
+        raise UnknownModelError(name, "not in the built-in catalog")
+    entry = dict(catalog[key])
+    alias_of = entry.get("alias_of")
+    if alias_of and alias_of in catalog:
+        entry = {**catalog[alias_of], **{k: v for k, v in entry.items() if v is not None}}
+    try:
+        return architecture_from_hf_config(entry, key, str(entry.get("source", "catalog")))
+    except ValueError as exc:
+        raise UnknownModelError(name, f"the built-in catalog entry is incomplete ({exc})") from exc

@@ -1,0 +1,218 @@
+"""`vllm-operator estimate`: predict vLLM's startup memory profile for given engine arguments.
+
+The forward direction of the memory model (planning.memory), with vLLM's own flag names.
+Omitted options take the pinned (or default) vLLM version's defaults. Exit codes: 0 fits,
+1 does not fit, 2 usage error (unknown GPU or model, an argument vLLM would reject).
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from vllm_operator.catalog.architectures import (
+    Architecture,
+    UnknownModelError,
+    load_config_file,
+    lookup_architecture,
+)
+from vllm_operator.catalog.gpus import (
+    GpuFacts,
+    UnknownGpuError,
+    lookup_gpu,
+    lookup_gpu_by_memory,
+)
+from vllm_operator.planning.errors import PlanningInputError
+from vllm_operator.planning.gpu import gpu_memory
+from vllm_operator.planning.memory import EngineArgs, MemoryEstimate, estimate_memory
+from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION
+
+EXIT_NOT_FIT = 1
+EXIT_USAGE = 2
+
+
+def usage_error(message: str) -> NoReturn:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def resolve_model(
+    name: str, *, revision: str | None = None, token: str | None = None
+) -> Architecture:
+    """Catalog first, then the model's config.json on the Hub (offline: a clear usage error)."""
+    try:
+        return lookup_architecture(name)
+    except UnknownModelError as catalog_error:
+        from vllm_operator.hub.config import HubConfigSource, HubError, fetch_architecture
+
+        try:
+            return fetch_architecture(HubConfigSource(), name, revision=revision, token=token)
+        except HubError as hub_error:
+            usage_error(f"{catalog_error} (Hub: {hub_error})")
+
+
+def resolve_gpu(label: str | None, memory_mib: int | None) -> GpuFacts:
+    try:
+        if label is not None:
+            return lookup_gpu(label, memory_mib=memory_mib)
+        if memory_mib is not None:
+            return lookup_gpu_by_memory(memory_mib)
+    except (UnknownGpuError, ValueError) as exc:
+        usage_error(str(exc))
+    usage_error("give the GPU: --gpu LABEL (nvidia.com/gpu.product) or --gpu-memory-mib N")
+
+
+def estimate_json(est: MemoryEstimate, model: str, gpu: GpuFacts) -> dict[str, Any]:
+    """The JSON object `estimate -o json` prints (stable keys for scripts and the bench)."""
+    return {
+        "model": model,
+        "gpu": gpu.label,
+        "vllm_version": est.args.vllm_version,
+        "engine": est.engine.value,
+        "engine_args": est.args.model_dump(),
+        "gpu_total_gib": est.gpu_total_gib,
+        "budget_gib": est.budget_gib,
+        "weights_gib": est.weights_gib,
+        "activation_peak_gib": est.activation_peak_gib,
+        "non_torch_gib": est.non_torch_gib,
+        "cuda_graph_gib": est.cuda_graph_gib,
+        "cuda_graph_subtracted": est.cuda_graph_subtracted,
+        "kv_cache_gib": est.kv_cache_gib,
+        "kv_bytes_per_token": est.kv_bytes_per_token,
+        "kv_cache_tokens": est.kv_cache_tokens,
+        "num_gpu_blocks": est.num_gpu_blocks,
+        "max_concurrency": est.max_concurrency,
+        "fits": est.fits,
+        "reasons": est.reasons,
+    }
+
+
+def _print_table(data: dict[str, Any]) -> None:
+    console = Console()
+    table = Table(
+        title=f"{data['model']} on {data['gpu']} (vLLM {data['vllm_version']}, {data['engine']})"
+    )
+    table.add_column("term")
+    table.add_column("GiB / value", justify="right")
+    args = data["engine_args"]
+    rows = [
+        ("GPU total (CUDA)", f"{data['gpu_total_gib']:.2f}"),
+        (f"budget (x {args['gpu_memory_utilization']})", f"{data['budget_gib']:.2f}"),
+        ("weights", f"{data['weights_gib']:.2f}"),
+        (
+            f"activation peak ({args['max_num_batched_tokens']} tok, {args['max_num_seqs']} seqs)",
+            f"{data['activation_peak_gib']:.2f}",
+        ),
+        ("non-torch", f"{data['non_torch_gib']:.2f}"),
+        (
+            "CUDA graphs"
+            + (" (subtracted)" if data["cuda_graph_subtracted"] else " (outside budget)"),
+            f"{data['cuda_graph_gib']:.2f}",
+        ),
+        ("KV cache", f"{data['kv_cache_gib']:.2f}"),
+        ("KV bytes / token / GPU", f"{data['kv_bytes_per_token']:,}"),
+        ("KV cache tokens", f"{data['kv_cache_tokens']:,}"),
+        ("GPU blocks", f"{data['num_gpu_blocks']:,} x {args['block_size']}"),
+        (f"max concurrency at {args['max_model_len']} tokens", f"{data['max_concurrency']:.2f}x"),
+        ("fits", "yes" if data["fits"] else "NO"),
+    ]
+    for term, value in rows:
+        table.add_row(term, value)
+    console.print(table)
+    for reason in data["reasons"]:
+        console.print(f"- {reason}")
+
+
+@click.command()
+@click.option("--model", "model", metavar="ID", help="Hugging Face repo id (catalog, then Hub).")
+@click.option(
+    "--model-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A Hugging Face config.json instead of --model.",
+)
+@click.option("--gpu", "gpu_label", metavar="LABEL", help="GFD product label, e.g. NVIDIA-L4.")
+@click.option(
+    "--gpu-memory-mib",
+    type=click.IntRange(min=1),
+    help="GPU memory in MiB (nvidia.com/gpu.memory).",
+)
+@click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pipeline-parallel-size", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True))
+@click.option("--max-model-len", type=click.IntRange(min=1))
+@click.option("--max-num-seqs", type=click.IntRange(min=1))
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1))
+@click.option("--block-size", type=click.IntRange(min=1))
+@click.option("--dtype", default="auto", show_default=True)
+@click.option("--quantization", default=None)
+@click.option("--kv-cache-dtype", default="auto", show_default=True)
+@click.option("--enforce-eager", is_flag=True, default=False)
+@click.option("--vllm-version", default=DEFAULT_VLLM_VERSION, show_default=True)
+@click.option(
+    "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+def estimate(
+    model: str | None,
+    model_config: Path | None,
+    gpu_label: str | None,
+    gpu_memory_mib: int | None,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    gpu_memory_utilization: float | None,
+    max_model_len: int | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    block_size: int | None,
+    dtype: str,
+    quantization: str | None,
+    kv_cache_dtype: str,
+    enforce_eager: bool,
+    vllm_version: str,
+    output: str,
+) -> None:
+    """Predict vLLM's startup memory profile (weights, activation, KV cache) for engine args.
+
+    Exit 0 when the configuration starts, 1 when it would not, 2 on a usage error.
+    """
+    if (model is None) == (model_config is None):
+        usage_error("give exactly one of --model ID or --model-config PATH")
+    if gpu_label is None and gpu_memory_mib is None:
+        usage_error("give --gpu LABEL (nvidia.com/gpu.product) or --gpu-memory-mib N")
+    if model_config is not None:
+        try:
+            arch = load_config_file(model_config)
+        except ValueError as exc:
+            usage_error(str(exc))
+    else:
+        assert model is not None
+        arch = resolve_model(model, token=os.environ.get("HF_TOKEN"))
+    facts = resolve_gpu(gpu_label, gpu_memory_mib)
+    try:
+        args = EngineArgs(
+            tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            block_size=block_size,
+            dtype=dtype,
+            quantization=quantization,
+            kv_cache_dtype=kv_cache_dtype,
+            enforce_eager=enforce_eager,
+            vllm_version=vllm_version,
+        )
+        est = estimate_memory(arch, gpu_memory(facts), args)
+    except (PlanningInputError, ValueError) as exc:
+        usage_error(str(exc))
+    data = estimate_json(est, arch.name, facts)
+    if output == "json":
+        click.echo(json.dumps(data, indent=2))
+    else:
+        _print_table(data)
+    sys.exit(0 if est.fits else EXIT_NOT_FIT)

@@ -1,0 +1,146 @@
+"""`vllm-operator plan FILE`: the engine arguments the operator would choose, per GPU type.
+
+Runs the controller's own planning function (planning.plan.plan_service) on the VLLMService(s)
+in FILE. Exit codes: 0 every pool planned, 1 an intent does not fit (reasons and alternatives
+printed), 2 usage error (invalid manifest, unknown GPU or model, input vLLM would reject).
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from vllm_operator.api.manifests import parse_documents
+from vllm_operator.api.service import VLLMService
+from vllm_operator.catalog.architectures import Architecture, architecture_from_override
+from vllm_operator.catalog.gpus import GpuFacts
+from vllm_operator.cli.estimate import (
+    EXIT_NOT_FIT,
+    EXIT_USAGE,
+    resolve_gpu,
+    resolve_model,
+    usage_error,
+)
+from vllm_operator.planning.plan import Infeasible, PlanResult, PoolPlan, plan_service
+
+
+def service_architecture(service: VLLMService) -> Architecture:
+    """Inline override, else catalog, else the Hub (HF_TOKEN from the environment)."""
+    model = service.spec.model
+    if model.architecture is not None:
+        return architecture_from_override(model.architecture, model.name)
+    return resolve_model(model.name, revision=model.revision, token=os.environ.get("HF_TOKEN"))
+
+
+def result_dict(result: PlanResult) -> dict[str, Any]:
+    data = result.model_dump(mode="json")
+    data["feasible"] = isinstance(result, PoolPlan)
+    return data
+
+
+def _print_plan(console: Console, name: str, result: PlanResult) -> None:
+    if isinstance(result, Infeasible):
+        console.print(
+            f"[bold red]{name} on {result.gpu_type}: infeasible[/] (vLLM {result.vllm_version})"
+        )
+        for reason in result.reasons:
+            console.print(f"  - {reason}")
+        if result.alternatives:
+            console.print("  Alternatives:")
+            for alt in result.alternatives:
+                console.print(f"  * {alt.description}")
+        return
+    table = Table(
+        title=f"{name} on {result.gpu_type} (vLLM {result.vllm_version}, {result.engine.value})"
+    )
+    table.add_column("engine argument")
+    table.add_column("value", justify="right")
+    for key, value in result.engine_args.items():
+        table.add_row(key, "" if value is None else str(value))
+    m = result.memory
+    table.add_section()
+    for label, value in (
+        ("GPU total (CUDA), GiB", m.gpu_total_gib),
+        ("budget, GiB", m.budget_gib),
+        ("weights, GiB", m.weights_gib),
+        ("activation peak, GiB", m.activation_gib),
+        ("non-torch, GiB", m.non_torch_gib),
+        (
+            "CUDA graphs, GiB"
+            + (" (subtracted)" if m.cuda_graph_subtracted else " (outside budget)"),
+            m.cuda_graph_gib,
+        ),
+        ("KV cache, GiB", m.kv_cache_gib),
+    ):
+        table.add_row(label, f"{value:.2f}")
+    table.add_row("KV cache tokens", f"{m.kv_cache_tokens:,}")
+    table.add_row("concurrency at P99", f"{m.concurrency_at_p99:.2f}")
+    console.print(table)
+    for reason in result.reasons:
+        console.print(f"  - {reason}")
+
+
+@click.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--gpu",
+    "gpus",
+    multiple=True,
+    metavar="LABEL",
+    help="Plan for these GPU types instead of spec.placement.gpuTypes (repeatable).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "yaml", "json"]),
+    default="table",
+    show_default=True,
+)
+def plan(file: Path, gpus: tuple[str, ...], output: str) -> None:
+    """Plan engine arguments for every VLLMService in FILE, per allowed GPU type.
+
+    Exit 0 when every pool is planned, 1 when an intent does not fit, 2 on a usage error.
+    """
+    documents = parse_documents(file.read_text(encoding="utf-8"))
+    services: list[VLLMService] = []
+    for doc in documents:
+        if doc.problems:
+            usage_error("; ".join(f"{file}[{doc.index}]: {p}" for p in doc.problems))
+        if doc.service is not None:
+            services.append(doc.service)
+    if not services:
+        usage_error(f"{file} holds no VLLMService")
+    out: list[dict[str, Any]] = []
+    worst = 0
+    console = Console()
+    for service in services:
+        labels = list(gpus) or list(service.spec.placement.gpu_types)
+        facts: list[GpuFacts] = [resolve_gpu(label, None) for label in labels]
+        arch = service_architecture(service)
+        results = plan_service(service.spec, facts, arch)
+        for result in results:
+            if isinstance(result, Infeasible):
+                worst = max(worst, EXIT_USAGE if result.usage_error else EXIT_NOT_FIT)
+        name = service.name or service.spec.model.name
+        if output == "table":
+            for result in results:
+                _print_plan(console, name, result)
+        out.append(
+            {
+                "name": name,
+                "model": service.spec.model.name,
+                "vllmVersion": service.spec.vllm.version,
+                "pools": [result_dict(r) for r in results],
+            }
+        )
+    if output == "json":
+        click.echo(json.dumps(out if len(out) > 1 else out[0], indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(out if len(out) > 1 else out[0], sort_keys=False), nl=False)
+    sys.exit(worst)

@@ -1,0 +1,47 @@
+"""`vllm-operator run`: start the controller (Kopf) with our settings, liveness and metrics."""
+
+import logging
+import sys
+
+import click
+
+
+@click.command()
+@click.option("--namespace", "-n", "namespaces", multiple=True, help="Watch only these namespaces.")
+@click.option("--all-namespaces", "-A", is_flag=True, help="Watch every namespace (the default).")
+@click.option(
+    "--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig outside a cluster."
+)
+@click.option("--metrics-port", default=8080, show_default=True, help="Prometheus /metrics port.")
+@click.option(
+    "--health-address",
+    default="0.0.0.0:8081",
+    show_default=True,
+    help="host:port of the liveness endpoint (/healthz).",
+)
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+def run(
+    namespaces: tuple[str, ...],
+    all_namespaces: bool,
+    kubeconfig: str | None,
+    metrics_port: int,
+    health_address: str,
+    verbose: bool,
+) -> None:
+    """Run the operator: reconcile VLLMServices into per-GPU-type vLLM Deployments."""
+    if namespaces and all_namespaces:
+        raise click.UsageError("--namespace and --all-namespaces are mutually exclusive")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    # Imported here: kopf and the kubernetes client are only needed by this command.
+    from vllm_operator.handlers.main import run_operator
+
+    run_operator(
+        namespaces=list(namespaces),
+        kubeconfig=kubeconfig,
+        metrics_port=metrics_port,
+        health_address=health_address,
+    )

@@ -1,0 +1,36 @@
+"""Wire the real gateways to the controller and start Kopf."""
+
+import logging
+
+import kopf
+from prometheus_client import start_http_server
+
+from vllm_operator.handlers import registrations
+from vllm_operator.hub.resolver import HubArchitectureResolver
+from vllm_operator.kube.client import ApiGateway, load_config
+from vllm_operator.metrics.operator_metrics import REGISTRY
+from vllm_operator.reconcile.controller import Controller
+
+log = logging.getLogger(__name__)
+
+
+def run_operator(
+    *, namespaces: list[str], kubeconfig: str | None, metrics_port: int, health_address: str
+) -> None:
+    """Block running the operator until it is stopped."""
+    api_client = load_config(kubeconfig)
+    gateway = ApiGateway(api_client)
+    registrations.install(Controller(gateway, HubArchitectureResolver(gateway)))
+    if kubeconfig:
+        # Kopf logs in on its own; point it at the same kubeconfig.
+        import os
+
+        os.environ["KUBECONFIG"] = kubeconfig
+    start_http_server(metrics_port, registry=REGISTRY)
+    log.info("Started metrics endpoint port=%s", metrics_port)
+    kopf.run(
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=f"http://{health_address}/healthz",
+    )

@@ -1,0 +1,83 @@
+"""Kopf registrations: the only module importing kopf.
+
+Handlers register and delegate to `reconcile.Controller`; they hold no logic and return nothing
+(Kopf would otherwise store return values in status). Kopf's own bookkeeping (progress, the
+last-handled configuration) lives in annotations under our prefix, never in status, and Kopf's
+per-handler Events are turned off: the controller emits Events for its decisions only, so a
+reconcile with nothing to change writes nothing.
+"""
+
+import logging
+from typing import Any
+
+import kopf
+
+from vllm_operator.api.service import GROUP, PLURAL, VERSION
+from vllm_operator.reconcile.controller import Controller, RetryableError
+from vllm_operator.rendering.names import LABEL_MANAGED_BY, MANAGED_BY
+
+_state: dict[str, Controller] = {}
+
+
+def install(controller: Controller) -> None:
+    """Give the handlers their controller (called by `vllm-operator run` before Kopf starts)."""
+    _state["controller"] = controller
+
+
+def _controller() -> Controller:
+    return _state["controller"]
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
+    settings.posting.enabled = False
+    settings.execution.max_workers = 8
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+
+
+def _reconcile(namespace: str, name: str) -> None:
+    try:
+        _controller().reconcile(namespace, name)
+    except RetryableError as exc:
+        raise kopf.TemporaryError(str(exc), delay=exc.delay) from exc
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL)
+def on_service(namespace: str | None, name: str | None, **_: Any) -> None:
+    """Create, update and resume all lead to the same level-based reconcile."""
+    _reconcile(namespace or "default", name or "")
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+def on_service_deleted(namespace: str | None, name: str | None, **_: Any) -> None:
+    """Children go through owner references; the controller only forgets the service."""
+    _controller().forget(namespace or "default", name or "")
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
+def on_owned_deployment(body: kopf.Body, **_: Any) -> None:
+    """A change to an owned Deployment (readiness, drift) re-reconciles its VLLMService."""
+    for owner in _controller().owners_of(dict(body)):
+        try:
+            _reconcile(*owner)
+        except kopf.TemporaryError:
+            logging.getLogger(__name__).info("Deferred reconcile of service=%s/%s", *owner)
+
+
+@kopf.on.event("", "v1", "nodes")
+def on_node(body: kopf.Body, type: str | None, **_: Any) -> None:
+    """GPU nodes appearing, changing labels or capacity re-plan the services they can serve."""
+    for key in _controller().services_affected_by_node(dict(body), deleted=type == "DELETED"):
+        try:
+            _reconcile(*key)
+        except kopf.TemporaryError:
+            logging.getLogger(__name__).info("Deferred reconcile of service=%s/%s", *key)

@@ -1,0 +1,581 @@
+"""The memory model: predict vLLM's own startup accounting, per GPU rank.
+
+One code path serves `estimate` (engine args in, memory profile out) and `plan` (which searches
+engine args with it). The terms follow design/domain.md §1 (DM) and design/vllm-versions.md §3 (VV):
+
+    budget   = total x gpu_memory_utilization
+    kv_cache = budget - weights - peak_activation - non_torch [- cuda_graphs from 0.20]
+    tokens   = floor(kv_cache / (block_size x kv_bytes_per_token)) x block_size, min over ranks
+
+Structural terms (weights, KV bytes per token) are computed exactly from the architecture.
+Activation, non-torch and CUDA-graph memory are small models whose constants were fitted on the
+published startup logs in bench/data/vllm-startup-logs.csv; every constant says where it comes
+from, and docs/planning-model.md (written by `make bench-planner`) states the measured error.
+"""
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vllm_operator.catalog.architectures import Architecture, Quantization, QuantMethod
+from vllm_operator.planning.errors import PlanningInputError
+from vllm_operator.planning.versions import (
+    Engine,
+    MemorySemantics,
+    ProfilerEra,
+    VllmVersion,
+    accepted_block_sizes,
+    mla_block_size,
+    semantics_for,
+    v0_chunked_batched_tokens,
+    v0_chunked_prefill,
+)
+
+GIB = float(1 << 30)
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+KV_DTYPES_FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
+
+# --- fitted constants (bench/data/vllm-startup-logs.csv; see docs/planning-model.md) -----------
+# Sampler pass of the profile run: logits of max_num_seqs tokens in fp32 plus the sampler's
+# temporaries (softmax, log-softmax, sort for top-p/k): 3.73-3.87 x the fp32 logits on
+# Llama-3.1-8B, Qwen2.5-7B, Gemma-2-27B, Qwen3-14B (v0.17/v0.19 rows).
+SAMPLER_LOGIT_COPIES = 3.85
+# Forward transient of one layer per token: gate_up (2*i) + act (i) + 3 residual-width buffers.
+# Reproduces Llama-3.1-8B at 20000 tokens (2.06 vs 2.07 GiB, v0.6.4) and CodeLlama-7B at 8192.
+ACTIVATION_CONST_GIB = 0.06
+# V1 0.11-0.16 profiled far more activation than 0.17+ (llm-d version sweep: Qwen3-14B 5.64 GiB
+# at 0.16 vs 2.23 at 0.17; Qwen3-32B TP2 5.64 GiB with 128 sequences): modelled as fp32 logits
+# over the whole profile batch, which reproduces both rows.
+LEGACY_V1_FULL_LOGITS = ("0.11.0", "0.17.0")
+NON_TORCH_CONTEXT_GIB = 0.45  # CUDA context counted by 0.6.4 / V1 0.7-0.9.0 (0.35-0.44 seen)
+NON_TORCH_BASE_GIB = 0.10  # per-instance eras before 0.18 (0.02-0.13 seen)
+NON_TORCH_BASE_GIB_018 = 0.30  # 0.18+ (0.24-0.26 seen on H100 at 0.19; 0.46 once)
+NON_TORCH_TP_GIB = 0.45  # TP > 1 before 0.12 or below sm90 (0.33-0.44 seen)
+NON_TORCH_TP_GIB_SM90 = 1.95  # TP > 1 on sm90+ from 0.12 (1.82-1.96 seen at 0.19)
+CUDA_GRAPH_BASE_GIB = 0.05
+CUDA_GRAPH_PER_LAYER_GIB = 0.021  # 0.55-1.70 GiB for 24-80 layers with 512 capture sizes
+CUDA_GRAPH_TP_GIB = 0.30
+
+
+class EngineArgs(BaseModel):
+    """Engine arguments as `vllm serve` takes them; None means 'the version's default'."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    max_model_len: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    block_size: int | None = Field(default=None, ge=1)
+    dtype: str = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    vllm_version: str = "0.33.0"
+
+
+class GpuMemory(BaseModel):
+    """The GPU as the memory model needs it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label: str
+    marketing_name: str
+    total_gib: float = Field(gt=0)
+    compute_capability: tuple[int, int] | None = None
+    bf16: bool = True
+    fp8_kv: bool = True
+    measured_free_gib: float | None = Field(
+        default=None, description="Free memory an NVML probe measured before vLLM starts."
+    )
+
+
+class ResolvedArgs(BaseModel):
+    """EngineArgs with every default filled in for one version and GPU."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    dtype: str
+    quantization: str | None
+    kv_cache_dtype: str
+    enforce_eager: bool
+    enable_chunked_prefill: bool
+    vllm_version: str
+
+
+class MemoryEstimate(BaseModel):
+    """vLLM's startup memory profile as predicted for the rank that bounds the KV cache."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    args: ResolvedArgs
+    engine: Engine
+    era: ProfilerEra
+    gpu_total_gib: float
+    budget_gib: float
+    budget_source: str
+    weights_gib: float
+    activation_peak_gib: float
+    non_torch_gib: float
+    cuda_graph_gib: float
+    cuda_graph_subtracted: bool
+    kv_cache_gib: float
+    kv_bytes_per_token: int
+    kv_cache_tokens: int
+    num_gpu_blocks: int
+    max_concurrency: float
+    fits: bool
+    reasons: list[str]
+
+
+# ------------------------------------------------------------------------------------ weights
+
+
+def dtype_bytes(dtype: str) -> int:
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        accepted = ", ".join(sorted(DTYPE_BYTES))
+        raise PlanningInputError(
+            "dtype", f"unknown dtype {dtype!r}; accepted: {accepted}"
+        ) from None
+
+
+def _layers_per_stage(layers: int, pp: int) -> list[int]:
+    """vLLM's even split (get_pp_indices): the remainder goes to the last stages."""
+    base, rem = divmod(layers, pp)
+    return [base + (1 if i >= pp - rem else 0) for i in range(pp)]
+
+
+def _attention_params(arch: Architecture, tp: int) -> tuple[float, float]:
+    """(sharded-and-split params per rank, replicated params) of one attention block."""
+    h = arch.hidden_size
+    if arch.is_mla:
+        nope = arch.qk_nope_head_dim or 128
+        rope = arch.qk_rope_head_dim or 64
+        v = arch.v_head_dim or 128
+        heads = arch.num_attention_heads
+        lora = arch.kv_lora_rank or 512
+        replicated = h * (lora + rope) + lora  # kv_a_proj_with_mqa + kv_a_layernorm
+        if arch.q_lora_rank:
+            replicated += h * arch.q_lora_rank + arch.q_lora_rank
+            q = arch.q_lora_rank * heads * (nope + rope)
+        else:
+            q = h * heads * (nope + rope)
+        split = q + lora * heads * (nope + v) + heads * v * h
+        return split / tp, float(replicated)
+    hd = arch.head_dim
+    q = h * arch.num_attention_heads * hd
+    kv_heads_rank = max(1, arch.num_key_value_heads // tp)
+    kv = 2 * h * kv_heads_rank * hd  # replicated when tp > kv heads
+    o = arch.num_attention_heads * hd * h
+    bias = (
+        (arch.num_attention_heads * hd) / tp + 2 * kv_heads_rank * hd if arch.attention_bias else 0
+    )
+    return (q + o) / tp + kv + bias, 0.0
+
+
+def _mlp_params(arch: Architecture, layer: int, tp: int) -> tuple[float, float, float]:
+    """(routed-expert params, other MLP params, replicated) per rank for layer `layer`."""
+    h = arch.hidden_size
+    factor = 3 if arch.gated_mlp else 2
+    if not arch.is_moe or layer < arch.first_k_dense_replace:
+        bias = 0 if arch.gated_mlp else arch.intermediate_size / tp + h
+        return 0.0, factor * h * arch.intermediate_size / tp + bias, 0.0
+    experts = arch.num_experts or 1
+    moe_inter = arch.moe_intermediate_size or arch.intermediate_size
+    routed = experts * factor * h * moe_inter / tp
+    shared = 0.0
+    if arch.shared_expert_intermediate_size:
+        shared = factor * h * arch.shared_expert_intermediate_size / tp + h
+    elif arch.num_shared_experts:
+        shared = arch.num_shared_experts * factor * h * moe_inter / tp
+    return routed, shared, float(h * experts)  # router replicated
+
+
+def weights_bytes(
+    arch: Architecture, *, tp: int, pp: int, stage: int, dtype: str, quant: Quantization | None
+) -> float:
+    """Weight bytes on one rank of PP stage `stage` (embeddings first stage, lm_head last)."""
+    unq = dtype_bytes(dtype)
+    layers = _layers_per_stage(arch.num_hidden_layers, pp)
+    first = sum(layers[:stage])
+    q_bytes = quant.bytes_per_param() if quant else unq
+    total = 0.0
+    for layer in range(first, first + layers[stage]):
+        attn_split, attn_rep = _attention_params(arch, tp)
+        routed, other_mlp, mlp_rep = _mlp_params(arch, layer, tp)
+        attn_b = mlp_b = routed_b = float(unq)
+        if quant is not None:
+            mlp_quantised = not (
+                quant.mlp_only
+                and (
+                    layer < quant.unquantized_mlp_layers // 2
+                    or layer >= arch.num_hidden_layers - quant.unquantized_mlp_layers // 2
+                )
+            )
+            routed_b = q_bytes if mlp_quantised else unq
+            if not quant.experts_only:
+                mlp_b = q_bytes if mlp_quantised else unq
+                attn_b = unq if quant.mlp_only else q_bytes
+        total += attn_split * attn_b + attn_rep * attn_b + routed * routed_b + other_mlp * mlp_b
+        total += (mlp_rep + 2 * arch.hidden_size) * unq  # router, two RMSNorms
+    embed = arch.vocab_size * arch.hidden_size / tp * unq
+    if stage == 0:
+        total += embed + arch.vision_params * unq
+    if stage == pp - 1:
+        total += arch.hidden_size * unq  # final norm
+        if not arch.tie_word_embeddings or pp > 1:
+            total += embed
+    return total
+
+
+# ------------------------------------------------------------------------------------- KV cache
+
+
+def kv_bytes_per_token(arch: Architecture, *, tp: int, layers: int, kv_dtype_bytes: int) -> int:
+    """DM §2: GQA replicates KV heads when TP exceeds them; MLA caches one latent per token,
+    not divided by TP."""
+    if arch.is_mla:
+        width = (arch.kv_lora_rank or 512) + (arch.qk_rope_head_dim or 64)
+        return layers * width * kv_dtype_bytes
+    heads = max(1, arch.num_key_value_heads // tp)
+    return 2 * layers * heads * arch.head_dim * kv_dtype_bytes
+
+
+# ----------------------------------------------------------------------------------- activation
+
+
+def _forward_transient_bytes(arch: Architecture, tokens: int, tp: int, act_bytes: int) -> float:
+    h = arch.hidden_size
+    if arch.is_moe:
+        moe_inter = arch.moe_intermediate_size or arch.intermediate_size
+        top_k = arch.num_experts_per_tok or 2
+        mlp = top_k * (3 * moe_inter / tp + h) + (arch.num_experts or 1) * 2
+        if arch.first_k_dense_replace:
+            mlp = max(mlp, 3 * arch.intermediate_size / tp)
+    else:
+        mlp = (3 if arch.gated_mlp else 2) * arch.intermediate_size / tp
+    attn = (arch.num_attention_heads + 2 * arch.num_key_value_heads) * arch.head_dim / tp
+    return tokens * (max(mlp, attn) + 3 * h) * act_bytes
+
+
+def activation_bytes(
+    arch: Architecture,
+    *,
+    sem: MemorySemantics,
+    args: ResolvedArgs,
+    last_stage: bool,
+) -> float:
+    """Peak torch memory of the profile run above the weights (VV §3.1 'Peak activation').
+
+    Forward and sampler run one after the other, so the peak is the larger of the two.
+    """
+    act_b = dtype_bytes(args.dtype)
+    tp = args.tensor_parallel_size
+    forward = _forward_transient_bytes(arch, args.max_num_batched_tokens, tp, act_b)
+    sampler = 0.0
+    if last_stage:
+        sampler = SAMPLER_LOGIT_COPIES * args.max_num_seqs * arch.vocab_size * 4
+        version = VllmVersion.parse(sem.version)
+        lo, hi = LEGACY_V1_FULL_LOGITS
+        if sem.engine is Engine.V1 and version.at_least(lo) and not version.at_least(hi):
+            sampler += args.max_num_batched_tokens * arch.vocab_size * 4
+    return max(forward, sampler) + ACTIVATION_CONST_GIB * GIB
+
+
+def non_torch_gib(sem: MemorySemantics, args: ResolvedArgs, sm: tuple[int, int] | None) -> float:
+    """Memory outside PyTorch that the profiler counts (DM §1 table: grows with TP)."""
+    version = VllmVersion.parse(sem.version)
+    if sem.era is ProfilerEra.V0_TORCH_ONLY:
+        return 0.0  # before PR #2031 only torch allocations were counted (the OOM it fixed)
+    base = NON_TORCH_BASE_GIB_018 if version.at_least("0.18.0") else NON_TORCH_BASE_GIB
+    if sem.counts_cuda_context:
+        base = NON_TORCH_CONTEXT_GIB
+    if args.tensor_parallel_size > 1:
+        big = sm is not None and sm >= (9, 0) and version.at_least("0.12.0")
+        base += NON_TORCH_TP_GIB_SM90 if big else NON_TORCH_TP_GIB
+    return base
+
+
+def cuda_graph_gib(arch: Architecture, args: ResolvedArgs, layers: int) -> float:
+    """Memory of the captured CUDA graphs (0 with enforce_eager)."""
+    if args.enforce_eager:
+        return 0.0
+    capture = min(512, 2 * args.max_num_seqs)
+    scale = min(1.0, max(0.25, capture / 512))
+    tp_extra = CUDA_GRAPH_TP_GIB if args.tensor_parallel_size > 1 else 0.0
+    return CUDA_GRAPH_BASE_GIB + CUDA_GRAPH_PER_LAYER_GIB * layers * scale + tp_extra
+
+
+# -------------------------------------------------------------------------------- resolve args
+
+
+def resolve_quantization(arch: Architecture, requested: str | None) -> Quantization | None:
+    """The checkpoint's quantisation, or an online one vLLM applies at load time."""
+    from vllm_operator.catalog.architectures import parse_quant_method
+
+    try:
+        method = parse_quant_method(requested)
+    except ValueError as exc:
+        raise PlanningInputError("quantization", str(exc)) from None
+    if method is QuantMethod.NONE:
+        return arch.quantization
+    if arch.quantization is not None:
+        same = arch.quantization.method is method or (
+            {arch.quantization.method, method} <= {QuantMethod.FP8, QuantMethod.FBGEMM_FP8}
+        )
+        if not same and method is not QuantMethod.COMPRESSED_TENSORS:
+            raise PlanningInputError(
+                "quantization",
+                f"{requested!r} does not match the checkpoint's "
+                f"{arch.quantization.method.value!r}; leave it unset or pass "
+                f"{arch.quantization.method.value!r}",
+            )
+        return arch.quantization
+    if method in (QuantMethod.FP8, QuantMethod.FBGEMM_FP8):
+        return Quantization(method=QuantMethod.FP8, bits=8)  # online dynamic FP8
+    if method is QuantMethod.BITSANDBYTES:
+        return Quantization(method=method, bits=4)  # in-flight 4-bit
+    raise PlanningInputError(
+        "quantization",
+        f"{requested!r} needs a checkpoint quantised with it (its config.json has no "
+        "quantization_config); use a quantised repo (e.g. an -AWQ / -GPTQ one), or fp8 / "
+        "bitsandbytes, which vLLM applies at load time",
+    )
+
+
+def resolve_dtype(
+    arch: Architecture, requested: str, gpu: GpuMemory, version: VllmVersion
+) -> tuple[str, list[str]]:
+    """--dtype after vLLM's own rules (VV §5: bf16 needs sm80; 'auto' falls back from 0.9.0)."""
+    notes: list[str] = []
+    model = arch.torch_dtype if arch.torch_dtype in DTYPE_BYTES else "bfloat16"
+    req = {"half": "float16", "float": "float32"}.get(requested, requested)
+    if req == "auto":
+        if model == "float32":
+            model = "bfloat16" if gpu.bf16 else "float16"  # vLLM downcasts fp32 checkpoints
+        if model == "bfloat16" and not gpu.bf16:
+            if not version.at_least("0.9.0"):
+                raise PlanningInputError(
+                    "dtype",
+                    f"the checkpoint is bfloat16 and {gpu.label} (compute capability "
+                    f"{_cc(gpu)}) has no bfloat16; vLLM {version.text} stops with an error: pass "
+                    "--dtype float16",
+                )
+            notes.append(f"{gpu.label} has no bfloat16: vLLM falls back to float16")
+            return "float16", notes
+        return model, notes
+    if req not in DTYPE_BYTES:
+        raise PlanningInputError(
+            "dtype", f"unknown dtype {requested!r}; accepted: auto, bfloat16, float16, float32"
+        )
+    if req == "bfloat16" and not gpu.bf16:
+        raise PlanningInputError(
+            "dtype",
+            f"bfloat16 needs compute capability >= 8.0 and {gpu.label} has {_cc(gpu)}; use float16",
+        )
+    return req, notes
+
+
+def _cc(gpu: GpuMemory) -> str:
+    cc = gpu.compute_capability
+    return "unknown" if cc is None else f"{cc[0]}.{cc[1]}"
+
+
+def check_tensor_parallel(arch: Architecture, tp: int) -> None:
+    if arch.num_attention_heads % tp != 0:
+        divisors = [
+            d for d in range(1, arch.num_attention_heads + 1) if arch.num_attention_heads % d == 0
+        ]
+        raise PlanningInputError(
+            "tensor_parallel_size",
+            f"{tp} does not divide the {arch.num_attention_heads} attention heads of "
+            f"{arch.name}; accepted: {', '.join(map(str, [d for d in divisors if d <= 64]))}",
+        )
+
+
+def resolve_args(
+    args: EngineArgs, arch: Architecture, gpu: GpuMemory
+) -> tuple[ResolvedArgs, MemorySemantics, list[str]]:
+    """Fill in the version's defaults and reject what vLLM would reject."""
+    version = VllmVersion.parse(args.vllm_version)
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    check_tensor_parallel(arch, tp)
+    kv_dtype = args.kv_cache_dtype
+    fp8_kv = kv_dtype in KV_DTYPES_FP8 or kv_dtype == "fp8_ds_mla"
+    if fp8_kv and not gpu.fp8_kv:
+        raise PlanningInputError(
+            "kv_cache_dtype",
+            f"{kv_dtype} needs compute capability >= 8.9 and {gpu.label} has {_cc(gpu)}; "
+            "use auto (the model dtype)",
+        )
+    if kv_dtype not in ("auto", "bfloat16", "float16") and not fp8_kv:
+        raise PlanningInputError(
+            "kv_cache_dtype", f"unsupported {kv_dtype!r}; accepted: auto, fp8, fp8_e4m3, fp8_e5m2"
+        )
+    sem = semantics_for(
+        args.vllm_version,
+        gpu_total_gib=gpu.total_gib,
+        marketing_name=gpu.marketing_name,
+        compute_capability=gpu.compute_capability,
+        fp8_kv=fp8_kv,
+    )
+    notes = list(sem.notes)
+    dtype, dtype_notes = resolve_dtype(arch, args.dtype, gpu, version)
+    notes += dtype_notes
+    quant = resolve_quantization(arch, args.quantization)
+    model_max = arch.max_position_embeddings
+    max_len = args.max_model_len or model_max or 4096
+    if model_max is not None and max_len > model_max:
+        raise PlanningInputError(
+            "max_model_len",
+            f"{max_len} is above {arch.name}'s maximum context of {model_max} tokens "
+            "(vLLM: 'User-specified max_model_len is greater than the derived max_model_len'); "
+            f"use at most {model_max}",
+        )
+    seqs = args.max_num_seqs or sem.default_max_num_seqs
+    chunked = sem.chunked_prefill_default or v0_chunked_prefill(max_len)
+    if args.max_num_batched_tokens is not None:
+        tokens = args.max_num_batched_tokens
+    elif sem.engine is Engine.V1:
+        tokens = sem.default_max_num_batched_tokens or 2048
+    elif chunked:
+        tokens = v0_chunked_batched_tokens(version)
+    else:
+        tokens = max(max_len, 2048)
+    if not chunked and tokens < max_len:
+        raise PlanningInputError(
+            "max_num_batched_tokens",
+            f"{tokens} is smaller than max_model_len ({max_len}) with chunked prefill off "
+            f"(vLLM {version.text}, V0); use at least {max_len}",
+        )
+    block = args.block_size or sem.default_block_size
+    forced = mla_block_size(version, gpu.compute_capability) if arch.is_mla else None
+    if forced is not None and block != forced:
+        notes.append(f"the MLA backend on this GPU forces block_size {forced}")
+        block = forced
+    allowed = accepted_block_sizes(version)
+    if args.block_size is not None and allowed is not None and args.block_size not in allowed:
+        raise PlanningInputError(
+            "block_size",
+            f"{args.block_size} is not accepted by vLLM {version.text}; accepted: "
+            f"{', '.join(map(str, allowed))}",
+        )
+    util = args.gpu_memory_utilization or sem.default_gpu_memory_utilization
+    resolved = ResolvedArgs(
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        gpu_memory_utilization=util,
+        max_model_len=max_len,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        block_size=block,
+        dtype=dtype,
+        quantization=quant.method.value if quant is not None else None,
+        kv_cache_dtype=kv_dtype,
+        enforce_eager=args.enforce_eager,
+        enable_chunked_prefill=chunked,
+        vllm_version=version.text,
+    )
+    return resolved, sem, notes
+
+
+# ------------------------------------------------------------------------------------ estimate
+
+
+def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> MemoryEstimate:
+    """Predict vLLM's startup memory profile for these engine arguments on this GPU."""
+    resolved, sem, notes = resolve_args(args, arch, gpu)
+    quant = resolve_quantization(arch, args.quantization)
+    tp, pp = resolved.tensor_parallel_size, resolved.pipeline_parallel_size
+    kv_b = 1 if resolved.kv_cache_dtype in KV_DTYPES_FP8 else dtype_bytes(resolved.dtype)
+    total = gpu.total_gib
+    util = resolved.gpu_memory_utilization
+    budget = total * util
+    budget_source = "gpu_memory_utilization x CUDA total"
+    reasons = list(notes)
+    if gpu.measured_free_gib is not None:
+        budget_source = "measured free memory (NVML probe)"
+        if sem.era is ProfilerEra.V1_PER_INSTANCE and gpu.measured_free_gib < budget:
+            reasons.append(
+                f"only {gpu.measured_free_gib:.2f} GiB free, below util x total = {budget:.2f} GiB: "
+                "vLLM stops at startup ('Free memory on device ... is less than desired GPU "
+                "memory utilization')"
+            )
+        elif sem.counts_cuda_context or sem.era is ProfilerEra.V0_DEVICE_DELTA:
+            budget -= max(0.0, total - gpu.measured_free_gib)  # other tenants count against it
+    nt = non_torch_gib(sem, resolved, gpu.compute_capability)
+    stages = _layers_per_stage(arch.num_hidden_layers, pp)
+    best: tuple[int, float, float, float, float, int] | None = None
+    for stage, layers in enumerate(stages):
+        w = weights_bytes(arch, tp=tp, pp=pp, stage=stage, dtype=resolved.dtype, quant=quant) / GIB
+        act = activation_bytes(arch, sem=sem, args=resolved, last_stage=stage == pp - 1) / GIB
+        cg = cuda_graph_gib(arch, resolved, layers)
+        kv = budget - w - act - nt - (cg if sem.subtracts_cuda_graphs else 0.0)
+        per_token = kv_bytes_per_token(arch, tp=tp, layers=layers, kv_dtype_bytes=kv_b)
+        blocks = max(0, math.floor(kv * GIB / (resolved.block_size * per_token)))
+        if best is None or blocks < best[5]:
+            best = (per_token, w, act, cg, kv, blocks)
+    assert best is not None
+    per_token, w, act, cg, kv, blocks = best
+    tokens = blocks * resolved.block_size
+    if (
+        pp > 1
+        and sem.engine is Engine.V0
+        and VllmVersion.parse(resolved.vllm_version).at_least("0.8.0")
+    ):
+        tokens = resolved.block_size * (blocks // pp)  # VV §3.3: V0 0.8+ capacity / PP
+    fits = kv > 0 and tokens >= resolved.max_model_len
+    if kv <= 0:
+        reasons.append(
+            f"no memory left for the KV cache: weights {w:.2f} + activation {act:.2f} + "
+            f"non-torch {nt:.2f} GiB exceed the budget of {budget:.2f} GiB"
+        )
+    elif not fits:
+        reasons.append(
+            f"max_model_len {resolved.max_model_len} is larger than the {tokens} tokens the KV "
+            "cache holds: vLLM refuses to start"
+        )
+    if not sem.subtracts_cuda_graphs and not resolved.enforce_eager:
+        headroom = total * (1 - util)
+        if cg > headroom - 0.1:
+            reasons.append(
+                f"CUDA graphs (~{cg:.2f} GiB) are captured after the KV cache and may not fit in "
+                f"the {headroom:.2f} GiB left by gpu_memory_utilization {util}"
+            )
+    if arch.sliding_window_layers and sem.engine is Engine.V1:
+        reasons.append(
+            "sliding-window layers: vLLM V1 groups them apart and reports more tokens than this "
+            "full-attention count (KV GiB is unaffected)"
+        )
+    return MemoryEstimate(
+        args=resolved,
+        engine=sem.engine,
+        era=sem.era,
+        gpu_total_gib=round(total, 4),
+        budget_gib=round(budget, 4),
+        budget_source=budget_source,
+        weights_gib=round(w, 4),
+        activation_peak_gib=round(act, 4),
+        non_torch_gib=round(nt, 4),
+        cuda_graph_gib=round(cg, 4),
+        cuda_graph_subtracted=sem.subtracts_cuda_graphs,
+        kv_cache_gib=round(max(kv, 0.0), 4),
+        kv_bytes_per_token=per_token,
+        kv_cache_tokens=tokens,
+        num_gpu_blocks=blocks,
+        max_concurrency=round(tokens / resolved.max_model_len, 2),
+        fits=fits,
+        reasons=reasons,
+    )

@@ -1,0 +1,661 @@
+"""From a VLLMService's intent to vLLM engine arguments for one GPU type (the inverse problem).
+
+`plan_pool` is what the controller calls per GPU type: a pure function of the intent, the GPU,
+the architecture and (optionally) a measured free-memory budget. It searches the smallest tensor
+parallel size whose memory estimate (planning.memory, the same model `estimate` uses) holds the
+requested concurrency at the P99 context, and explains every choice. When nothing fits it returns
+Infeasible with the reasons and concrete alternatives; it never cuts the requested context.
+"""
+
+import math
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vllm_operator.api.spec import LatencyProfile, PrefixCaching, VLLMServiceSpec
+from vllm_operator.api.status import MemoryBreakdown as StatusMemory
+from vllm_operator.api.status import PoolPlan as StatusPoolPlan
+from vllm_operator.catalog.architectures import Architecture, Quantization, QuantMethod
+from vllm_operator.catalog.gpus import GpuFacts
+from vllm_operator.planning.errors import PlanningInputError
+from vllm_operator.planning.gpu import gpu_memory
+from vllm_operator.planning.memory import (
+    EngineArgs,
+    GpuMemory,
+    MemoryEstimate,
+    cuda_graph_gib,
+    estimate_memory,
+    resolve_args,
+)
+from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION, Engine, VllmVersion
+
+CUDA_GRAPH_MARGIN_GIB = 0.25  # kept free beside the graphs when the version does not budget them
+PROBE_MARGIN_GIB = 0.25  # kept free below a measured free-memory budget
+INTERACTIVE_BATCHED_TOKENS = 2048
+THROUGHPUT_BATCHED_TOKENS = 8192
+MIN_BATCHED_TOKENS = 512
+MAX_TP_ONE_NODE = 8  # tensor parallelism beyond one 8-GPU node is not suggested
+
+
+class PlanIntent(BaseModel):
+    """What the planner needs from a VLLMService spec (testable without a whole spec)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    p99_context_tokens: int = Field(ge=1)
+    max_context_tokens: int | None = Field(default=None, ge=1)
+    concurrency: int = Field(ge=1)
+    prefix_caching: PrefixCaching = PrefixCaching.AUTO
+    latency_profile: LatencyProfile = LatencyProfile.INTERACTIVE
+    max_gpu_memory_utilization: float = Field(default=0.90, gt=0, le=0.98)
+    memory_headroom_fraction: float = Field(default=0.0, ge=0, le=0.5)
+    max_gpus_per_replica: int = Field(default=8, ge=1)
+    dtype: str = "auto"
+    quantization: str | None = None
+    vllm_version: str = DEFAULT_VLLM_VERSION
+
+    @classmethod
+    def from_spec(cls, spec: VLLMServiceSpec) -> "PlanIntent":
+        return cls(
+            p99_context_tokens=spec.workload.p99_context_tokens,
+            max_context_tokens=spec.workload.max_context_tokens,
+            concurrency=spec.workload.concurrency,
+            prefix_caching=spec.workload.prefix_caching,
+            latency_profile=spec.workload.latency_profile,
+            max_gpu_memory_utilization=spec.safety.max_gpu_memory_utilization,
+            memory_headroom_fraction=spec.safety.memory_headroom_fraction,
+            max_gpus_per_replica=spec.placement.max_gpus_per_replica,
+            dtype=spec.model.dtype.value,
+            quantization=spec.model.quantization,
+            vllm_version=spec.vllm.version or DEFAULT_VLLM_VERSION,
+        )
+
+
+class MemoryBreakdown(BaseModel):
+    """Expected memory on the rank that bounds the KV cache, GiB."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_total_gib: float
+    budget_gib: float
+    weights_gib: float
+    activation_gib: float
+    non_torch_gib: float
+    cuda_graph_gib: float
+    cuda_graph_subtracted: bool
+    kv_cache_gib: float
+    kv_cache_tokens: int
+    num_gpu_blocks: int
+    concurrency_at_p99: float
+    budget_source: str
+
+
+class PoolPlan(BaseModel):
+    """Engine arguments for one GPU type, keyed by vLLM field names, with the reasons."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_type: str
+    vllm_version: str
+    engine: Engine
+    engine_args: dict[str, int | float | bool | str | None]
+    memory: MemoryBreakdown
+    reasons: list[str]
+
+    @property
+    def feasible(self) -> bool:
+        return True
+
+    def to_status(self) -> StatusPoolPlan:
+        """The plan as the VLLMService status stores it."""
+        m = self.memory
+        return StatusPoolPlan(
+            engine_args=dict(self.engine_args),
+            memory=StatusMemory(
+                gpu_total_gib=round(m.gpu_total_gib, 2),
+                budget_gib=round(m.budget_gib, 2),
+                weights_gib=round(m.weights_gib, 2),
+                activation_gib=round(m.activation_gib, 2),
+                non_torch_gib=round(m.non_torch_gib, 2),
+                cuda_graph_gib=round(m.cuda_graph_gib, 2),
+                kv_cache_gib=round(m.kv_cache_gib, 2),
+                kv_cache_tokens=m.kv_cache_tokens,
+                concurrency_at_p99=round(m.concurrency_at_p99, 2),
+                budget_source=m.budget_source,
+            ),
+            reasons=list(self.reasons),
+        )
+
+
+class AlternativeKind(StrEnum):
+    LARGER_TP = "LargerTensorParallel"
+    FP8_KV_CACHE = "Fp8KvCache"
+    QUANTIZED_CHECKPOINT = "QuantizedCheckpoint"
+    OTHER_GPU_TYPE = "OtherGpuType"
+    LOWER_CONCURRENCY = "LowerConcurrency"
+
+
+class Alternative(BaseModel):
+    """A concrete change that makes the intent fit, with what it then supports."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: AlternativeKind
+    description: str
+    changes: dict[str, int | float | str] = Field(default_factory=dict)
+
+
+class Infeasible(BaseModel):
+    """The intent does not fit on this GPU type: why, and what would."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_type: str
+    vllm_version: str
+    reasons: list[str]
+    alternatives: list[Alternative] = Field(default_factory=list)
+    usage_error: bool = Field(
+        default=False, description="The input itself is invalid (CLI exit 2), not just too big."
+    )
+
+    @property
+    def feasible(self) -> bool:
+        return False
+
+
+PlanResult = PoolPlan | Infeasible
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return int(math.ceil(value / multiple) * multiple)
+
+
+def _tp_candidates(arch: Architecture, limit: int) -> list[int]:
+    sizes = [1, 2, 4, 8, 16, 32, 64]
+    return [tp for tp in sizes if tp <= limit and arch.num_attention_heads % tp == 0]
+
+
+def _max_model_len(intent: PlanIntent, arch: Architecture, block: int) -> tuple[int, str]:
+    limit = arch.max_position_embeddings
+    if limit is not None and intent.p99_context_tokens > limit:
+        raise PlanningInputError(
+            "spec.workload.p99ContextTokens",
+            f"{intent.p99_context_tokens} is above {arch.name}'s maximum context of {limit} "
+            f"tokens; use at most {limit}",
+        )
+    if intent.max_context_tokens is not None:
+        if limit is not None and intent.max_context_tokens > limit:
+            raise PlanningInputError(
+                "spec.workload.maxContextTokens",
+                f"{intent.max_context_tokens} is above {arch.name}'s maximum context of "
+                f"{limit} tokens; use at most {limit}",
+            )
+        return intent.max_context_tokens, "max_model_len = maxContextTokens (the hard cap)"
+    value = _round_up(intent.p99_context_tokens, block)
+    if limit is not None and value > limit:
+        value = limit
+    return (
+        value,
+        f"max_model_len = p99ContextTokens {intent.p99_context_tokens} rounded up to the block size {block}",
+    )
+
+
+def _utilization(
+    intent: PlanIntent, gpu: GpuMemory, arch: Architecture, probe: bool
+) -> tuple[float, list[str]]:
+    reasons: list[str] = []
+    util = intent.max_gpu_memory_utilization - intent.memory_headroom_fraction
+    text = f"gpu_memory_utilization = safety ceiling {intent.max_gpu_memory_utilization}"
+    if intent.memory_headroom_fraction:
+        text += f" minus headroom {intent.memory_headroom_fraction}"
+    reasons.append(text)
+    if probe and gpu.measured_free_gib is not None:
+        cap = (gpu.measured_free_gib - PROBE_MARGIN_GIB) / gpu.total_gib
+        if cap < util:
+            util = cap
+            reasons.append(
+                f"lowered to {math.floor(cap * 100) / 100} by the measured free memory "
+                f"({gpu.measured_free_gib:.2f} GiB of {gpu.total_gib:.2f})"
+            )
+    return math.floor(util * 100 + 1e-9) / 100, reasons
+
+
+def _estimate(
+    arch: Architecture,
+    gpu: GpuMemory,
+    intent: PlanIntent,
+    *,
+    tp: int,
+    util: float,
+    max_len: int,
+    seqs: int,
+    batched: int | None,
+    kv_dtype: str,
+    dtype: str,
+) -> MemoryEstimate:
+    return estimate_memory(
+        arch,
+        gpu,
+        EngineArgs(
+            tensor_parallel_size=tp,
+            gpu_memory_utilization=util,
+            max_model_len=max_len,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=batched,
+            dtype=dtype,
+            quantization=intent.quantization,
+            kv_cache_dtype=kv_dtype,
+            vllm_version=intent.vllm_version,
+        ),
+    )
+
+
+def _batched_tokens(
+    intent: PlanIntent, engine: Engine, chunked: bool, max_len: int, seqs: int
+) -> int | None:
+    """None: V0 without chunked prefill, where vLLM requires max(max_model_len, 2048)."""
+    if engine is Engine.V0 and not chunked:
+        return None
+    wanted = (
+        THROUGHPUT_BATCHED_TOKENS
+        if intent.latency_profile is LatencyProfile.THROUGHPUT
+        else INTERACTIVE_BATCHED_TOKENS
+    )
+    return max(wanted, seqs)  # vLLM: max_num_batched_tokens >= max_num_seqs
+
+
+def _fits(est: MemoryEstimate, intent: PlanIntent) -> bool:
+    return est.fits and est.kv_cache_tokens / intent.p99_context_tokens >= intent.concurrency
+
+
+def _search(
+    arch: Architecture,
+    gpu: GpuMemory,
+    intent: PlanIntent,
+    *,
+    util: float,
+    max_len: int,
+    dtype: str,
+    kv_dtype: str,
+    tp_limit: int,
+) -> tuple[MemoryEstimate | None, list[str], MemoryEstimate | None]:
+    """Smallest TP (and, if needed, a smaller prefill chunk) that fits; notes per TP tried."""
+    notes: list[str] = []
+    last: MemoryEstimate | None = None
+    for tp in _tp_candidates(arch, tp_limit):
+        probe = _estimate(
+            arch,
+            gpu,
+            intent,
+            tp=tp,
+            util=util,
+            max_len=max_len,
+            seqs=intent.concurrency,
+            batched=None,
+            kv_dtype=kv_dtype,
+            dtype=dtype,
+        )
+        batched = _batched_tokens(
+            intent, probe.engine, probe.args.enable_chunked_prefill, max_len, intent.concurrency
+        )
+        est = _estimate(
+            arch,
+            gpu,
+            intent,
+            tp=tp,
+            util=util,
+            max_len=max_len,
+            seqs=intent.concurrency,
+            batched=batched,
+            kv_dtype=kv_dtype,
+            dtype=dtype,
+        )
+        while (
+            not _fits(est, intent)
+            and batched is not None
+            and batched // 2 >= max(MIN_BATCHED_TOKENS, intent.concurrency)
+        ):
+            batched //= 2  # a smaller prefill chunk shrinks the activation peak
+            est = _estimate(
+                arch,
+                gpu,
+                intent,
+                tp=tp,
+                util=util,
+                max_len=max_len,
+                seqs=intent.concurrency,
+                batched=batched,
+                kv_dtype=kv_dtype,
+                dtype=dtype,
+            )
+        conc = est.kv_cache_tokens / intent.p99_context_tokens
+        if est.kv_cache_gib <= 0:
+            notes.append(
+                f"TP={tp}: weights ({est.weights_gib:.2f} GiB per GPU) leave no room "
+                "for the KV cache"
+            )
+        else:
+            notes.append(
+                f"TP={tp} fits {conc:.1f} sequences of {intent.p99_context_tokens} "
+                f"tokens (target {intent.concurrency})"
+            )
+        last = est
+        if _fits(est, intent):
+            return est, notes, last
+    return None, notes, last
+
+
+def _quantized_variant(arch: Architecture) -> Architecture:
+    return arch.model_copy(
+        update={
+            "quantization": Quantization(
+                method=QuantMethod.AWQ, bits=4, group_size=128, zero_point=True
+            ),
+            "torch_dtype": "float16",
+        }
+    )
+
+
+def plan_pool(
+    intent: PlanIntent,
+    gpu_facts: GpuFacts,
+    arch: Architecture,
+    *,
+    measured_free_mib: float | None = None,
+    other_gpus: tuple[GpuFacts, ...] = (),
+) -> PlanResult:
+    """Engine arguments for one GPU type, or Infeasible with reasons and alternatives.
+
+    `measured_free_mib`: free memory an NVML probe measured on this GPU type (a later issue);
+    when given it caps gpu_memory_utilization and the breakdown records it as the budget source.
+    """
+    gpu = gpu_memory(gpu_facts, measured_free_mib=measured_free_mib)
+    version = intent.vllm_version
+    try:
+        resolved, sem, notes = resolve_args(
+            EngineArgs(
+                dtype=intent.dtype,
+                quantization=intent.quantization,
+                vllm_version=version,
+                max_model_len=None,
+            ),
+            arch.model_copy(update={"max_position_embeddings": None}),
+            gpu,
+        )
+        block = resolved.block_size
+        max_len, len_reason = _max_model_len(intent, arch, block)
+    except PlanningInputError as exc:
+        return Infeasible(
+            gpu_type=gpu_facts.label, vllm_version=version, reasons=[str(exc)], usage_error=True
+        )
+    dtype = resolved.dtype
+    util, util_reasons = _utilization(intent, gpu, arch, measured_free_mib is not None)
+    if not sem.subtracts_cuda_graphs:
+        # Before 0.20 graphs are captured after the KV cache and must fit in (1 - util) x total.
+        tp_guess = 2  # worst case: the TP > 1 share of graph memory included
+        layers = arch.num_hidden_layers
+        cg = cuda_graph_gib(
+            arch,
+            resolved.model_copy(
+                update={"max_num_seqs": intent.concurrency, "tensor_parallel_size": tp_guess}
+            ),
+            layers,
+        )
+        need = (cg + CUDA_GRAPH_MARGIN_GIB) / gpu.total_gib
+        if 1 - util < need:
+            util = math.floor((1 - need) * 100) / 100
+            util_reasons.append(
+                f"lowered to {util} so CUDA graphs (~{cg:.2f} GiB, captured after the KV cache "
+                f"by vLLM {version}) fit in the remaining memory"
+            )
+    est, tp_notes, last = _search(
+        arch,
+        gpu,
+        intent,
+        util=util,
+        max_len=max_len,
+        dtype=dtype,
+        kv_dtype="auto",
+        tp_limit=intent.max_gpus_per_replica,
+    )
+    if est is None:
+        return _infeasible(
+            intent,
+            gpu_facts,
+            gpu,
+            arch,
+            util=util,
+            max_len=max_len,
+            dtype=dtype,
+            notes=notes + tp_notes,
+            last=last,
+            other_gpus=other_gpus,
+        )
+    conc = est.kv_cache_tokens / intent.p99_context_tokens
+    if intent.prefix_caching is PrefixCaching.AUTO:
+        prefix = est.engine is Engine.V1  # DM §3: on by default whenever V1 runs (0.8+)
+        prefix_reason = (
+            f"enable_prefix_caching = {str(prefix).lower()} (vLLM {version} {est.engine} default)"
+        )
+    else:
+        prefix = intent.prefix_caching is PrefixCaching.ENABLED
+        prefix_reason = (
+            f"enable_prefix_caching = {str(prefix).lower()} (spec.workload.prefixCaching)"
+        )
+    args = est.args
+    reasons = [
+        *notes,
+        *(tp_notes if len(tp_notes) > 1 else []),
+        f"tensor_parallel_size = {args.tensor_parallel_size}: the smallest that holds the target",
+        *util_reasons,
+        len_reason,
+        f"max_num_seqs = concurrency target {intent.concurrency}; {conc:.1f} sequences of "
+        f"{intent.p99_context_tokens} tokens fit",
+        f"max_num_batched_tokens = {args.max_num_batched_tokens} ({intent.latency_profile.value}"
+        + (
+            ", halved to fit memory"
+            if args.max_num_batched_tokens < _batched_default(intent) and est.engine is Engine.V1
+            else ""
+        )
+        + ")",
+        f"dtype = {args.dtype}"
+        + (
+            " (GPU has no bfloat16)"
+            if args.dtype == "float16" and arch.torch_dtype == "bfloat16"
+            else ""
+        ),
+        "kv_cache_dtype = auto (the model dtype)",
+        prefix_reason,
+        *[r for r in est.reasons if "sliding-window" in r],
+    ]
+    engine_args: dict[str, Any] = {
+        "tensor_parallel_size": args.tensor_parallel_size,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "max_model_len": args.max_model_len,
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "block_size": args.block_size,
+        "dtype": args.dtype,
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "quantization": intent.quantization,
+        "enable_prefix_caching": prefix,
+        "enforce_eager": False,
+    }
+    return PoolPlan(
+        gpu_type=gpu_facts.label,
+        vllm_version=version,
+        engine=est.engine,
+        engine_args=engine_args,
+        memory=MemoryBreakdown(
+            gpu_total_gib=est.gpu_total_gib,
+            budget_gib=est.budget_gib,
+            weights_gib=est.weights_gib,
+            activation_gib=est.activation_peak_gib,
+            non_torch_gib=est.non_torch_gib,
+            cuda_graph_gib=est.cuda_graph_gib,
+            cuda_graph_subtracted=est.cuda_graph_subtracted,
+            kv_cache_gib=est.kv_cache_gib,
+            kv_cache_tokens=est.kv_cache_tokens,
+            num_gpu_blocks=est.num_gpu_blocks,
+            concurrency_at_p99=round(conc, 2),
+            budget_source="probe" if measured_free_mib is not None else "catalog",
+        ),
+        reasons=reasons,
+    )
+
+
+def _batched_default(intent: PlanIntent) -> int:
+    if intent.latency_profile is LatencyProfile.THROUGHPUT:
+        return THROUGHPUT_BATCHED_TOKENS
+    return max(INTERACTIVE_BATCHED_TOKENS, intent.concurrency)
+
+
+def _infeasible(
+    intent: PlanIntent,
+    facts: GpuFacts,
+    gpu: GpuMemory,
+    arch: Architecture,
+    *,
+    util: float,
+    max_len: int,
+    dtype: str,
+    notes: list[str],
+    last: MemoryEstimate | None,
+    other_gpus: tuple[GpuFacts, ...],
+) -> Infeasible:
+    reasons = [
+        f"{intent.concurrency} sequences of {intent.p99_context_tokens} tokens do not fit on "
+        f"{facts.label} with up to {intent.max_gpus_per_replica} GPUs per replica",
+        *notes,
+    ]
+    if last is not None:
+        reasons += [r for r in last.reasons if r not in reasons]
+    alternatives: list[Alternative] = []
+    bigger, _, _ = _search(
+        arch,
+        gpu,
+        intent,
+        util=util,
+        max_len=max_len,
+        dtype=dtype,
+        kv_dtype="auto",
+        tp_limit=MAX_TP_ONE_NODE,
+    )
+    if bigger is not None and bigger.args.tensor_parallel_size > intent.max_gpus_per_replica:
+        tp = bigger.args.tensor_parallel_size
+        alternatives.append(
+            Alternative(
+                kind=AlternativeKind.LARGER_TP,
+                description=f"raise spec.placement.maxGPUsPerReplica to {tp}: TP={tp} fits "
+                f"{bigger.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
+                changes={"maxGPUsPerReplica": tp},
+            )
+        )
+    if facts.supports_fp8_kv_cache:
+        fp8, _, _ = _search(
+            arch,
+            gpu,
+            intent,
+            util=util,
+            max_len=max_len,
+            dtype=dtype,
+            kv_dtype="fp8",
+            tp_limit=intent.max_gpus_per_replica,
+        )
+        if fp8 is not None:
+            alternatives.append(
+                Alternative(
+                    kind=AlternativeKind.FP8_KV_CACHE,
+                    description=f"an fp8 KV cache (--kv-cache-dtype fp8, halves KV bytes; "
+                    f"compute capability {facts.cc_text}): TP={fp8.args.tensor_parallel_size} fits "
+                    f"{fp8.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
+                    changes={
+                        "kv_cache_dtype": "fp8",
+                        "tensor_parallel_size": fp8.args.tensor_parallel_size,
+                    },
+                )
+            )
+    if arch.quantization is None and intent.quantization is None:
+        quant_arch = _quantized_variant(arch)
+        q_intent = intent.model_copy(update={"dtype": "auto"})
+        q_dtype = "float16"
+        q, _, _ = _search(
+            quant_arch,
+            gpu,
+            q_intent,
+            util=util,
+            max_len=max_len,
+            dtype=q_dtype,
+            kv_dtype="auto",
+            tp_limit=max(intent.max_gpus_per_replica, MAX_TP_ONE_NODE),
+        )
+        if q is not None:
+            q_tp = q.args.tensor_parallel_size
+            raise_tp = (
+                f" and spec.placement.maxGPUsPerReplica {q_tp}"
+                if q_tp > intent.max_gpus_per_replica
+                else ""
+            )
+            alternatives.append(
+                Alternative(
+                    kind=AlternativeKind.QUANTIZED_CHECKPOINT,
+                    description=f"a 4-bit AWQ/GPTQ checkpoint of {arch.name} (spec.model.name of "
+                    f"the quantised repo){raise_tp}: TP={q_tp} fits "
+                    f"{q.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
+                    changes={"quantization": "awq", "tensor_parallel_size": q_tp},
+                )
+            )
+    for other in other_gpus:
+        if other.label == facts.label:
+            continue
+        result = plan_pool(intent, other, arch)
+        if isinstance(result, PoolPlan):
+            alternatives.append(
+                Alternative(
+                    kind=AlternativeKind.OTHER_GPU_TYPE,
+                    description=f"{other.label}: TP={result.engine_args['tensor_parallel_size']} fits "
+                    f"{result.memory.concurrency_at_p99:.1f} sequences",
+                    changes={"gpuType": other.label},
+                )
+            )
+    if last is not None and last.fits and last.kv_cache_tokens >= intent.p99_context_tokens:
+        most = last.kv_cache_tokens // intent.p99_context_tokens
+        alternatives.append(
+            Alternative(
+                kind=AlternativeKind.LOWER_CONCURRENCY,
+                description=f"lower spec.workload.concurrency to {most}: TP="
+                f"{last.args.tensor_parallel_size} holds {most} sequences of "
+                f"{intent.p99_context_tokens} tokens (the context is never cut)",
+                changes={"concurrency": most},
+            )
+        )
+    return Infeasible(
+        gpu_type=facts.label,
+        vllm_version=intent.vllm_version,
+        reasons=reasons,
+        alternatives=alternatives,
+    )
+
+
+def plan_service(
+    spec: VLLMServiceSpec,
+    gpus: list[GpuFacts],
+    arch: Architecture,
+    *,
+    measured_free_mib: dict[str, float] | None = None,
+) -> list[PlanResult]:
+    """One plan per GPU type (in the given order). `measured_free_mib` maps a GPU label to the
+    free memory a probe measured there."""
+    intent = PlanIntent.from_spec(spec)
+    probes = measured_free_mib or {}
+    return [
+        plan_pool(
+            intent, gpu, arch, measured_free_mib=probes.get(gpu.label), other_gpus=tuple(gpus)
+        )
+        for gpu in gpus
+    ]
+
+
+def default_version() -> str:
+    return VllmVersion.parse(DEFAULT_VLLM_VERSION).text

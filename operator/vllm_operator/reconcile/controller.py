@@ -1,0 +1,523 @@
+"""The level-based reconcile of one VLLMService: gather, plan, render, apply, status.
+
+Every trigger (the service changed, an owned Deployment changed, a GPU node changed, the operator
+restarted) runs the same function, which reads the world, computes what should exist, applies only
+what differs and writes status once, only if it changed. So a reconcile with nothing to change
+makes zero write calls, and a restart in the middle of a rollout simply continues it.
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from vllm_operator.api import (
+    ConditionType,
+    VLLMService,
+    VLLMServiceStatus,
+    find_condition,
+    set_condition,
+)
+from vllm_operator.api.conditions import Condition, ConditionStatus
+from vllm_operator.api.errors import problems_from
+from vllm_operator.api.status import PoolStatus
+from vllm_operator.kube.gateway import (
+    ConflictError,
+    EventRecord,
+    GatewayError,
+    Kind,
+    KubeGateway,
+    Obj,
+)
+from vllm_operator.metrics import operator_metrics as m
+from vllm_operator.reconcile.diff import needs_apply
+from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
+from vllm_operator.reconcile.pools import (
+    ArchitectureResolver,
+    PoolOutcome,
+    ServiceRejected,
+    plan_pools,
+    prepare_service,
+)
+from vllm_operator.rendering.names import (
+    ANNOTATION_GPU_TYPE,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    gpu_short_name,
+    selector_labels,
+)
+from vllm_operator.rendering.workload import render_pdb, render_service
+
+log = logging.getLogger(__name__)
+
+_NODE_FIELDS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
+
+
+class RetryableError(Exception):
+    """A transient failure (API unavailable, conflict storm): the handler retries after `delay`."""
+
+    def __init__(self, message: str, delay: float = 5.0) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+@dataclass
+class Outcome:
+    """What one reconcile did, for tests and the operator's metrics."""
+
+    applied: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    status_written: bool = False
+    events: list[str] = field(default_factory=list)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+class Controller:
+    """Reconciles VLLMServices through a KubeGateway. Thread-safe per service."""
+
+    def __init__(
+        self,
+        gateway: KubeGateway,
+        resolver: ArchitectureResolver,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.gw = gateway
+        self.resolver = resolver
+        self.clock = clock
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        # (namespace, name) -> canonical GPU labels the service allows (for node triggers).
+        self._gpu_index: dict[tuple[str, str], set[str]] = {}
+        self._node_fingerprints: dict[str, tuple[Any, ...]] = {}
+
+    # ----------------------------------------------------------------------------- triggers
+
+    def _lock(self, key: tuple[str, str]) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The service is gone; its children go through owner references."""
+        self._gpu_index.pop((namespace, name), None)
+        with self._locks_guard:
+            self._locks.pop((namespace, name), None)
+
+    def owners_of(self, obj: Obj) -> list[tuple[str, str]]:
+        """The VLLMService(s) owning an object, from its owner references."""
+        meta = obj.get("metadata") or {}
+        return [
+            (str(meta.get("namespace", "")), str(ref.get("name")))
+            for ref in meta.get("ownerReferences") or []
+            if ref.get("kind") == "VLLMService" and ref.get("controller")
+        ]
+
+    def services_affected_by_node(self, node: Obj, *, deleted: bool) -> list[tuple[str, str]]:
+        """Services to re-plan after a node event; heartbeats and unrelated nodes yield none."""
+        meta = node.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        labels = meta.get("labels") or {}
+        status = node.get("status") or {}
+        allocatable = status.get("allocatable") or {}
+        ready = next(
+            (c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"),
+            None,
+        )
+        annotations = {
+            k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("serving.")
+        }
+        fingerprint = (
+            tuple(labels.get(k) for k in _NODE_FIELDS),
+            tuple(sorted((k, v) for k, v in allocatable.items() if k.startswith("nvidia.com/"))),
+            ready,
+            bool((node.get("spec") or {}).get("unschedulable")),
+            tuple(sorted(annotations.items())),
+            deleted,
+        )
+        previous = self._node_fingerprints.get(name)
+        if deleted:
+            self._node_fingerprints.pop(name, None)
+        else:
+            self._node_fingerprints[name] = fingerprint
+        if previous == fingerprint:
+            return []
+        products = {labels.get("nvidia.com/gpu.product")}
+        if previous is not None:
+            products.add(previous[0][0])
+        wanted = {canonical_label(p) for p in products if p}
+        if not wanted:
+            return []
+        return sorted(k for k, allowed in self._gpu_index.items() if allowed & wanted)
+
+    # ------------------------------------------------------------------------------ reconcile
+
+    def reconcile(self, namespace: str, name: str) -> Outcome:
+        """Reconcile one service by name (reads the current object first)."""
+        started = time.perf_counter()
+        with self._lock((namespace, name)):
+            try:
+                for attempt in range(3):
+                    try:
+                        body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
+                        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                            self.forget(namespace, name)
+                            return Outcome()
+                        outcome = self.reconcile_body(body)
+                        m.RECONCILES.labels("ok").inc()
+                        return outcome
+                    except ConflictError:
+                        if attempt == 2:
+                            raise
+                        log.info("Retried after conflict service=%s/%s", namespace, name)
+                raise AssertionError("unreachable")
+            except GatewayError as exc:
+                m.RECONCILES.labels("error").inc()
+                m.RECONCILE_ERRORS.labels(type(exc).__name__).inc()
+                log.warning("Failed to reconcile service=%s/%s error=%s", namespace, name, exc)
+                raise RetryableError(str(exc)) from exc
+            finally:
+                m.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+
+    def reconcile_body(self, body: Obj) -> Outcome:
+        """One pass over a VLLMService object as read from the API."""
+        meta = body.get("metadata") or {}
+        namespace, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
+        generation = meta.get("generation")
+        old_status = _parse_status(body.get("status"))
+        outcome = Outcome()
+        now = self.clock()
+
+        try:
+            service = VLLMService.model_validate(body)
+        except ValidationError as exc:
+            problems = "; ".join(str(p) for p in problems_from(exc, VLLMService))
+            status = _rejected_status(old_status, "InvalidSpec", problems, now, generation)
+            self._write_status(body, old_status, status, outcome)
+            return outcome
+        self._gpu_index[(namespace, name)] = {
+            canonical_label(g) for g in service.spec.placement.gpu_types
+        }
+
+        try:
+            prepared = prepare_service(service, self.resolver)
+        except ServiceRejected as exc:
+            status = _rejected_status(old_status, exc.reason, exc.message, now, generation)
+            self._write_status(body, old_status, status, outcome)
+            return outcome
+
+        groups = group_gpu_nodes(self.gw.list_nodes())
+        pools = plan_pools(prepared, groups)
+
+        desired_names = set()
+        for pool in pools:
+            if pool.deployment is None:
+                continue
+            desired_names.add(pool.deployment["metadata"]["name"])
+            live = self.gw.get(Kind.DEPLOYMENT, namespace, pool.deployment["metadata"]["name"])
+            if needs_apply(pool.deployment, live):
+                live = self.gw.apply(pool.deployment)
+                outcome.applied.append(f"Deployment/{pool.deployment['metadata']['name']}")
+                m.API_WRITES.labels("apply").inc()
+                self._event(service, "Normal", "PlanApplied", pool.applied_message, outcome)
+            pool.live = live
+
+        self._prune(service, desired_names, outcome)
+        existing = self.gw.list_owned(Kind.DEPLOYMENT, namespace, selector_labels(name))
+        if existing:
+            for obj in (render_service(service), render_pdb(service)):
+                kind = Kind(obj["kind"])
+                if needs_apply(obj, self.gw.get(kind, namespace, obj["metadata"]["name"])):
+                    self.gw.apply(obj)
+                    outcome.applied.append(f"{kind}/{obj['metadata']['name']}")
+                    m.API_WRITES.labels("apply").inc()
+        for pool in pools:
+            if pool.live is None and pool.deployment_name:
+                pool.live = next(
+                    (d for d in existing if d["metadata"]["name"] == pool.deployment_name), None
+                )
+
+        status = _service_status(service, old_status, pools, now, generation)
+        self._write_status(body, old_status, status, outcome, service)
+        for pool in pools:
+            m.PLANS.labels(pool.gpu_type, str(pool.feasible).lower()).set(1)
+        return outcome
+
+    # ------------------------------------------------------------------------------- helpers
+
+    def _prune(self, service: VLLMService, desired: set[str], outcome: Outcome) -> None:
+        """Delete Deployments of GPU types the spec no longer allows.
+
+        A pool whose type is still allowed is kept even when it is not desired right now (its
+        nodes vanished, or a new spec is infeasible): no churn of GPU-holding pods for a
+        transient or a rejected change.
+        """
+        allowed = {canonical_label(g) for g in service.spec.placement.gpu_types}
+        for dep in self.gw.list_owned(
+            Kind.DEPLOYMENT, service.namespace, selector_labels(service.name)
+        ):
+            meta = dep["metadata"]
+            if meta["name"] in desired:
+                continue
+            if (meta.get("labels") or {}).get(LABEL_MANAGED_BY) != MANAGED_BY:
+                continue
+            gpu_type = (meta.get("annotations") or {}).get(ANNOTATION_GPU_TYPE, "")
+            if canonical_label(gpu_type) in allowed:
+                continue
+            self.gw.delete(Kind.DEPLOYMENT, service.namespace, meta["name"])
+            outcome.deleted.append(f"Deployment/{meta['name']}")
+            self._event(
+                service,
+                "Normal",
+                "PoolRemoved",
+                f"Deleted Deployment {meta['name']}: GPU type {gpu_type} is no longer allowed",
+                outcome,
+            )
+
+    def _event(
+        self, about: VLLMService | Obj, type_: str, reason: str, message: str, outcome: Outcome
+    ) -> None:
+        meta = about.metadata if isinstance(about, VLLMService) else about.get("metadata") or {}
+        self.gw.emit_event(
+            EventRecord(
+                namespace=str(meta.get("namespace", "default")),
+                name=str(meta.get("name", "")),
+                uid=str(meta.get("uid", "")),
+                type=type_,
+                reason=reason,
+                message=message,
+            )
+        )
+        m.API_WRITES.labels("event").inc()
+        outcome.events.append(reason)
+
+    def _write_status(
+        self,
+        body: Obj,
+        old: VLLMServiceStatus,
+        new: VLLMServiceStatus,
+        outcome: Outcome,
+        service: VLLMService | None = None,
+    ) -> None:
+        if new == old:
+            return
+        meta = body["metadata"]
+        self.gw.apply_status(meta.get("namespace", "default"), meta["name"], new.to_wire())
+        outcome.status_written = True
+        m.API_WRITES.labels("status").inc()
+        # Events for condition transitions: one per decision, never one per reconcile.
+        for cond in new.conditions:
+            before = find_condition(old.conditions, cond.type)
+            if before is not None and (before.status, before.reason, before.message) == (
+                cond.status,
+                cond.reason,
+                cond.message,
+            ):
+                continue
+            if cond.type not in (ConditionType.FEASIBLE, ConditionType.PROGRESSING):
+                continue
+            warning = (cond.type == ConditionType.FEASIBLE and cond.status == "False") or (
+                cond.reason == "NoMatchingNodes"
+            )
+            if before is None and not warning:
+                continue
+            self._event(
+                service or body,
+                "Warning" if warning else "Normal",
+                cond.reason,
+                cond.message,
+                outcome,
+            )
+
+
+def _parse_status(raw: Any) -> VLLMServiceStatus:
+    if not isinstance(raw, dict):
+        return VLLMServiceStatus()
+    try:
+        return VLLMServiceStatus.model_validate(raw)
+    except ValidationError:
+        log.warning("Ignored unreadable status; it will be rewritten")
+        return VLLMServiceStatus()
+
+
+def _conditions(
+    old: list[Condition],
+    updates: Iterable[tuple[str, ConditionStatus, str, str]],
+    now: datetime,
+    generation: Any,
+) -> list[Condition]:
+    conds = list(old)
+    gen = int(generation) if isinstance(generation, int) else None
+    for type_, status, reason, message in updates:
+        conds = set_condition(
+            conds,
+            type_=type_,
+            status=status,
+            reason=reason,
+            message=message,
+            now=now,
+            observed_generation=gen,
+        )
+    return conds
+
+
+def _rejected_status(
+    old: VLLMServiceStatus, reason: str, message: str, now: datetime, generation: Any
+) -> VLLMServiceStatus:
+    """Status for a spec the operator cannot act on: nothing is created or changed."""
+    conds = _conditions(
+        old.conditions,
+        [
+            (ConditionType.FEASIBLE, "False", reason, message),
+            (ConditionType.PROGRESSING, "False", reason, "Waiting for a valid spec"),
+            (ConditionType.DEGRADED, "True", reason, message),
+        ],
+        now,
+        generation,
+    )
+    ready = find_condition(old.conditions, ConditionType.READY)
+    if ready is None:
+        conds = _conditions(
+            conds, [(ConditionType.READY, "False", reason, "Nothing is deployed")], now, generation
+        )
+    return old.model_copy(
+        update={
+            "observed_generation": generation if isinstance(generation, int) else None,
+            "conditions": conds,
+        }
+    )
+
+
+def _ready_counts(pool: PoolOutcome) -> tuple[int, int]:
+    live = pool.live or {}
+    spec_replicas = int((live.get("spec") or {}).get("replicas") or 0)
+    ready = int((live.get("status") or {}).get("readyReplicas") or 0)
+    return spec_replicas, ready
+
+
+def _rollout_done(pool: PoolOutcome) -> bool:
+    live = pool.live or {}
+    meta, status = live.get("metadata") or {}, live.get("status") or {}
+    desired = int((live.get("spec") or {}).get("replicas") or 0)
+    return (
+        int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+        and int(status.get("updatedReplicas") or 0) >= desired
+        and int(status.get("readyReplicas") or 0) >= desired
+        and int(status.get("replicas") or 0) <= desired
+    )
+
+
+def _service_status(
+    service: VLLMService,
+    old: VLLMServiceStatus,
+    pools: list[PoolOutcome],
+    now: datetime,
+    generation: Any,
+) -> VLLMServiceStatus:
+    pool_status: list[PoolStatus] = []
+    desired_total = ready_total = 0
+    for pool in pools:
+        replicas, ready = _ready_counts(pool)
+        desired_total += replicas
+        ready_total += ready
+        pool_status.append(
+            PoolStatus(
+                gpu_type=pool.gpu_type,
+                deployment=pool.deployment_name,
+                replicas=replicas,
+                ready_replicas=ready,
+                feasible=pool.feasible,
+                plan=pool.plan,
+                message=pool.message or None,
+            )
+        )
+    planned = [p for p in pools if p.feasible and p.deployment is not None]
+    infeasible = [p for p in pools if not p.feasible]
+    no_nodes = [p for p in pools if p.reason == "NoMatchingNodes"]
+
+    feasible: tuple[ConditionStatus, str, str]
+    progressing: tuple[ConditionStatus, str, str]
+    ready_cond: tuple[ConditionStatus, str, str]
+    degraded: tuple[ConditionStatus, str, str]
+    if planned and not infeasible:
+        feasible = ("True", "AllPoolsPlanned", _plan_summary(service, planned))
+    elif planned:
+        feasible = (
+            "True",
+            "SomePoolsInfeasible",
+            _plan_summary(service, planned) + "; " + _join(infeasible),
+        )
+    elif infeasible:
+        feasible = ("False", "Infeasible", _join(infeasible))
+    else:
+        feasible = ("True", "AwaitingNodes", "No allowed GPU type has nodes yet")
+
+    if not planned and no_nodes:
+        progressing = ("False", "NoMatchingNodes", _join(no_nodes))
+    elif planned and not all(_rollout_done(p) for p in planned):
+        progressing = (
+            "True",
+            "RollingOut",
+            f"{ready_total}/{desired_total} replicas ready on the current plan",
+        )
+    elif planned:
+        progressing = ("False", "RolloutComplete", "Every pool runs its current plan")
+    else:
+        progressing = ("False", "Infeasible", "No pool can be planned")
+
+    if desired_total > 0 and ready_total >= desired_total and planned:
+        ready_cond = ("True", "AllPoolsReady", f"{ready_total}/{desired_total} replicas ready")
+    elif service.spec.replicas == 0 and planned:
+        ready_cond = ("True", "ScaledToZero", "spec.replicas is 0")
+    else:
+        ready_cond = ("False", "PodsNotReady", f"{ready_total}/{desired_total} replicas ready")
+
+    problems = infeasible + (no_nodes if planned else [])
+    degraded = (
+        ("True", "PoolsUnavailable", _join(problems)) if problems else ("False", "AsExpected", "")
+    )
+    conds = _conditions(
+        old.conditions,
+        [
+            (ConditionType.FEASIBLE, *feasible),
+            (ConditionType.PROGRESSING, *progressing),
+            (ConditionType.READY, *ready_cond),
+            (ConditionType.DEGRADED, *degraded),
+        ],
+        now,
+        generation,
+    )
+    summary = ",".join(
+        f"{gpu_short_name(p.product or p.gpu_type).upper()}x{_ready_counts(p)[0]}" for p in planned
+    )
+    return old.model_copy(
+        update={
+            "observed_generation": generation if isinstance(generation, int) else None,
+            "conditions": conds,
+            "pools": pool_status,
+            "gpu_pools": summary or None,
+            "ready": f"{ready_total}/{desired_total}",
+        }
+    )
+
+
+def _join(pools: list[PoolOutcome]) -> str:
+    return "; ".join(f"{p.gpu_type}: {p.message}" for p in pools)
+
+
+def _plan_summary(service: VLLMService, planned: list[PoolOutcome]) -> str:
+    w = service.spec.workload
+    return (
+        f"{len(planned)} pool(s) serve {w.concurrency} x {w.p99_context_tokens} tokens: "
+        + ", ".join(p.summary for p in planned)
+    )
+
+
+__all__ = ["Controller", "Outcome", "RetryableError", "LABEL_INSTANCE"]

@@ -1,0 +1,225 @@
+"""Plan and render the pools of one VLLMService (no I/O beyond the injected resolver).
+
+`prepare_service` checks what must hold before any pool is planned (a supported vLLM version,
+valid extra flags, a known architecture) and raises ServiceRejected with a condition reason.
+`plan_pools` plans every allowed GPU type present in the cluster and renders its Deployment.
+The same two functions back the controller and `vllm-operator render`, so what a GitOps review
+shows is what the operator applies.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from vllm_operator.api.service import VLLMService
+from vllm_operator.api.status import PoolPlan as StatusPoolPlan
+from vllm_operator.catalog.architectures import Architecture, UnknownModelError
+from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
+from vllm_operator.planning.plan import Infeasible, PlanIntent, plan_pool
+from vllm_operator.reconcile.inventory import GpuNodeGroup, gpu_facts, match_groups
+from vllm_operator.rendering.args import (
+    ArgsRejected,
+    check_version,
+    container_for,
+    engine_argv,
+    validate_extra_args,
+)
+from vllm_operator.rendering.names import ANNOTATION_PLAN_HASH, deployment_name
+from vllm_operator.rendering.workload import PoolRender, render_deployment
+
+Obj = dict[str, Any]
+
+
+class ArchitectureResolver(Protocol):
+    """Finds a model's architecture (inline override, catalog, Hub)."""
+
+    def resolve(self, service: VLLMService) -> Architecture: ...
+
+
+class ServiceRejected(Exception):
+    """The service cannot be planned at all; `reason` becomes the Feasible condition's reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PreparedService:
+    """A service whose version, flags and architecture are known good."""
+
+    service: VLLMService
+    arch: Architecture
+    intent: PlanIntent
+
+
+@dataclass
+class PoolOutcome:
+    """One pool: its plan or why there is none, its desired Deployment and, later, the live one."""
+
+    gpu_type: str
+    product: str | None
+    feasible: bool
+    reason: str
+    message: str = ""
+    plan: StatusPoolPlan | None = None
+    deployment: Obj | None = None
+    deployment_name: str | None = None
+    summary: str = ""
+    applied_message: str = ""
+    live: Obj | None = field(default=None, repr=False)
+
+
+def prepare_service(service: VLLMService, resolver: ArchitectureResolver) -> PreparedService:
+    """Check the version, the extra flags and the model before planning anything."""
+    spec = service.spec
+    try:
+        check_version(spec.vllm.version)
+        validate_extra_args(
+            spec.vllm.version, spec.vllm.extra_args, spec.vllm.allow_planner_override
+        )
+    except ArgsRejected as exc:
+        raise ServiceRejected(exc.reason, str(exc)) from exc
+    try:
+        arch = resolver.resolve(service)
+    except UnknownModelError as exc:
+        raise ServiceRejected("UnknownModel", str(exc)) from exc
+    return PreparedService(service=service, arch=arch, intent=PlanIntent.from_spec(spec))
+
+
+def _alternatives(result: Infeasible) -> str:
+    if not result.alternatives:
+        return ""
+    return " Alternatives: " + "; ".join(a.description for a in result.alternatives) + "."
+
+
+def plan_pools(
+    prepared: PreparedService,
+    groups: dict[str, GpuNodeGroup],
+    measured_free_mib: dict[str, float] | None = None,
+) -> list[PoolOutcome]:
+    """Plan every allowed GPU type; types without nodes become NoMatchingNodes pools."""
+    service = prepared.service
+    spec = service.spec
+    outcomes: list[PoolOutcome] = []
+    matched: list[tuple[str, GpuNodeGroup]] = []
+    for gpu_type in spec.placement.gpu_types:
+        found = match_groups(gpu_type, groups)
+        if not found:
+            outcomes.append(
+                PoolOutcome(
+                    gpu_type=gpu_type,
+                    product=None,
+                    feasible=True,
+                    reason="NoMatchingNodes",
+                    message=f"no schedulable node has nvidia.com/gpu.product={gpu_type}",
+                )
+            )
+        matched.extend((gpu_type, g) for g in found if (gpu_type, g) not in matched)
+
+    facts: dict[str, GpuFacts] = {}
+    for _gpu_type, group in matched:
+        try:
+            facts[group.product] = gpu_facts(group)
+        except UnknownGpuError as exc:
+            outcomes.append(
+                PoolOutcome(
+                    gpu_type=group.product,
+                    product=group.product,
+                    feasible=False,
+                    reason="UnknownGpu",
+                    message=str(exc),
+                )
+            )
+    all_facts = tuple(facts.values())
+    for _, group in matched:
+        if group.product not in facts:
+            continue
+        outcomes.append(
+            _plan_group(prepared, group, facts[group.product], all_facts, measured_free_mib)
+        )
+    order = {g: i for i, g in enumerate(spec.placement.gpu_types)}
+    return sorted(outcomes, key=lambda o: (order.get(o.gpu_type, len(order)), o.gpu_type))
+
+
+def _plan_group(
+    prepared: PreparedService,
+    group: GpuNodeGroup,
+    facts: GpuFacts,
+    all_facts: tuple[GpuFacts, ...],
+    measured_free_mib: dict[str, float] | None,
+) -> PoolOutcome:
+    service, spec = prepared.service, prepared.service.spec
+    name = deployment_name(service.name, group.product)
+    # Tensor parallelism must fit on one node of the pool.
+    cap = min(spec.placement.max_gpus_per_replica, max(1, group.max_gpus_per_node))
+    intent = prepared.intent.model_copy(update={"max_gpus_per_replica": cap})
+    measured = (measured_free_mib or {}).get(group.product)
+    result = plan_pool(
+        intent,
+        facts,
+        prepared.arch,
+        measured_free_mib=measured,
+        other_gpus=tuple(f for f in all_facts if f.label != facts.label),
+    )
+    if isinstance(result, Infeasible):
+        return PoolOutcome(
+            gpu_type=group.product,
+            product=group.product,
+            feasible=False,
+            reason="Infeasible",
+            message=" ".join(result.reasons) + _alternatives(result),
+            deployment_name=name,
+        )
+    args = dict(result.engine_args)
+    try:
+        argv = engine_argv(
+            spec.vllm.version,
+            args,
+            spec.vllm.extra_args,
+            allow_override=spec.vllm.allow_planner_override,
+            served_model_name=spec.model.name if spec.model.source.pvc is not None else None,
+        )
+    except ArgsRejected as exc:
+        return PoolOutcome(
+            gpu_type=group.product,
+            product=group.product,
+            feasible=False,
+            reason=exc.reason,
+            message=str(exc),
+            deployment_name=name,
+        )
+    image, command, model_args = container_for(service)
+    tp = int(args.get("tensor_parallel_size") or 1)
+    pp = int(args.get("pipeline_parallel_size") or 1)
+    render = PoolRender(
+        gpu_type=group.product,
+        gpu_resource=group.resource,
+        gpus_per_replica=tp * pp,
+        replicas=spec.replicas,
+        image=image,
+        command=command,
+        model_args=model_args,
+        engine_argv=argv,
+        weights_gib_total=result.memory.weights_gib * tp * pp,
+    )
+    deployment = render_deployment(service, render)
+    status_plan = result.to_status().model_copy(
+        update={"hash": deployment["metadata"]["annotations"][ANNOTATION_PLAN_HASH]}
+    )
+    mem = result.memory
+    summary = (
+        f"{group.product} TP={tp} max_num_seqs={args.get('max_num_seqs')} "
+        f"KV {mem.kv_cache_tokens} tokens ({mem.concurrency_at_p99:.1f} x P99)"
+    )
+    return PoolOutcome(
+        gpu_type=group.product,
+        product=group.product,
+        feasible=True,
+        reason="Planned",
+        plan=status_plan,
+        deployment=deployment,
+        deployment_name=name,
+        summary=summary,
+        applied_message=f"Applied plan {status_plan.hash} to Deployment {name}: {summary}",
+    )

@@ -1,0 +1,76 @@
+"""Engine arguments and the container command in the pinned vLLM version's own spelling.
+
+A thin, pure adapter over the version catalog: everything rendered into a pod's argv has been
+checked against the flags that release's parser accepts, so a Deployment never crash-loops on
+"unrecognized arguments".
+"""
+
+from collections.abc import Mapping
+
+from vllm_operator.api.service import VLLMService
+from vllm_operator.catalog.vllm.container import container_command
+from vllm_operator.catalog.vllm.errors import ArgsError, UnknownVersionError
+from vllm_operator.catalog.vllm.loader import load_version
+from vllm_operator.catalog.vllm.validate import render_engine_args, render_extra_args
+from vllm_operator.rendering.workload import PVC_MOUNT_PATH
+
+
+class ArgsRejected(Exception):
+    """The pinned version would reject what was asked; `reason` names the condition reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def check_version(version: str) -> None:
+    """Raise ArgsRejected(UnsupportedVersion) with the supported range for unknown versions."""
+    try:
+        load_version(version)
+    except UnknownVersionError as exc:
+        raise ArgsRejected("UnsupportedVersion", str(exc)) from exc
+
+
+def validate_extra_args(version: str, extra: Mapping[str, str], allow_override: bool) -> list[str]:
+    """spec.vllm.extraArgs as argv, or ArgsRejected(InvalidExtraArgs) naming every problem."""
+    try:
+        return render_extra_args(version, extra, allow_planner_override=allow_override)
+    except ArgsError as exc:
+        raise ArgsRejected(
+            "InvalidExtraArgs",
+            "spec.vllm.extraArgs: " + "; ".join(p.message for p in exc.problems),
+        ) from exc
+
+
+def engine_argv(
+    version: str,
+    engine_args: Mapping[str, object],
+    extra: Mapping[str, str],
+    *,
+    allow_override: bool = False,
+    served_model_name: str | None = None,
+) -> list[str]:
+    """The planner's engine args plus the user's extra flags, checked for `version`."""
+    args = dict(engine_args)
+    if served_model_name is not None:
+        args["served_model_name"] = served_model_name
+    try:
+        planned = render_engine_args(version, args)
+    except ArgsError as exc:
+        raise ArgsRejected(
+            "UnsupportedEngineArgs", "; ".join(p.message for p in exc.problems)
+        ) from exc
+    # Extra flags come last: with allowPlannerOverride, argparse keeps the last occurrence, so
+    # the user's explicit override wins.
+    return [*planned, *validate_extra_args(version, extra, allow_override)]
+
+
+def container_for(service: VLLMService) -> tuple[str, list[str], list[str]]:
+    """(image, command, model args) for the service's pinned version and model source."""
+    spec = service.spec
+    pvc = spec.model.source.pvc
+    model = spec.model.name
+    if pvc is not None:
+        model = f"{PVC_MOUNT_PATH}/{pvc.path.strip('/')}".rstrip("/")
+    cmd = container_command(spec.vllm.version, model, spec.vllm.image)
+    return cmd.image, list(cmd.command), list(cmd.model_args)
