@@ -8,10 +8,13 @@ import click
 from vllm_operator import __version__
 from vllm_operator.cli.check_args import check_args
 from vllm_operator.cli.crd import crd
+from vllm_operator.cli.docs import docs
 from vllm_operator.cli.estimate import estimate
 from vllm_operator.cli.flags import flags
 from vllm_operator.cli.plan import plan
 from vllm_operator.cli.probe import probe
+from vllm_operator.cli.render import render
+from vllm_operator.cli.run import run
 from vllm_operator.cli.validate import validate
 
 
@@ -28,6 +31,9 @@ cli.add_command(plan)
 cli.add_command(probe)
 cli.add_command(flags)
 cli.add_command(check_args)
+cli.add_command(render)
+cli.add_command(run)
+cli.add_command(docs)
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ from prometheus_client import start_http_server
 
 from vllm_operator.handlers import registrations
 from vllm_operator.hub.resolver import HubArchitectureResolver
-from vllm_operator.kube.client import ApiGateway, load_config
+from vllm_operator.kube.client import ApiGateway, connection_info, in_cluster, load_config
 from vllm_operator.metrics.operator_metrics import REGISTRY
 from vllm_operator.reconcile.controller import Controller
 
@@ -20,12 +20,11 @@ def run_operator(
     """Block running the operator until it is stopped."""
     api_client = load_config(kubeconfig)
     gateway = ApiGateway(api_client)
-    registrations.install(Controller(gateway, HubArchitectureResolver(gateway)))
-    if kubeconfig:
-        # Kopf logs in on its own; point it at the same kubeconfig.
-        import os
-
-        os.environ["KUBECONFIG"] = kubeconfig
+    registrations.install(
+        Controller(gateway, HubArchitectureResolver(gateway)),
+        connection=connection_info(api_client),
+        in_cluster=in_cluster(),
+    )
     start_http_server(metrics_port, registry=REGISTRY)
     log.info("Started metrics endpoint port=%s", metrics_port)
     kopf.run(

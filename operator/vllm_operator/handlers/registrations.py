@@ -16,16 +16,32 @@ from vllm_operator.api.service import GROUP, PLURAL, VERSION
 from vllm_operator.reconcile.controller import Controller, RetryableError
 from vllm_operator.rendering.names import LABEL_MANAGED_BY, MANAGED_BY
 
-_state: dict[str, Controller] = {}
+_state: dict[str, Any] = {}
 
 
-def install(controller: Controller) -> None:
-    """Give the handlers their controller (called by `vllm-operator run` before Kopf starts)."""
+def install(
+    controller: Controller, connection: dict[str, Any] | None = None, in_cluster: bool = False
+) -> None:
+    """Give the handlers their controller and how to log in (before Kopf starts)."""
     _state["controller"] = controller
+    _state["connection"] = connection
+    _state["in_cluster"] = in_cluster
 
 
 def _controller() -> Controller:
-    return _state["controller"]
+    controller: Controller = _state["controller"]
+    return controller
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In a pod, re-read the rotating service-account token; outside, use the loaded kubeconfig."""
+    if _state.get("in_cluster"):
+        return kopf.login_with_service_account(**kwargs)
+    connection = _state.get("connection")
+    if not connection:
+        return kopf.login_with_kubeconfig(**kwargs)
+    return kopf.ConnectionInfo(**connection)
 
 
 @kopf.on.startup()

@@ -7,6 +7,7 @@ someone edited an operator-owned field by hand, which the operator must win to s
 
 import base64
 import logging
+import os
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -37,6 +38,35 @@ def load_config(kubeconfig: str | None = None) -> client.ApiClient:
             config_file=kubeconfig, client_configuration=configuration
         )
     return client.ApiClient(configuration)
+
+
+def connection_info(api_client: client.ApiClient) -> dict[str, Any]:
+    """The loaded connection settings as plain values (for Kopf's login handler).
+
+    Kopf has its own HTTP client; handing it exactly what the kubernetes client loaded keeps one
+    source of truth for where and how the operator connects.
+    """
+    cfg = api_client.configuration
+    token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+    if token and token.lower().startswith("bearer "):
+        token = token.split(" ", 1)[1]
+    return {
+        "server": cfg.host,
+        "ca_path": cfg.ssl_ca_cert,
+        "insecure": not cfg.verify_ssl,
+        "certificate_path": cfg.cert_file,
+        "private_key_path": cfg.key_file,
+        "token": token or None,
+        "username": cfg.username or None,
+        "password": cfg.password or None,
+    }
+
+
+def in_cluster() -> bool:
+    """Whether the process runs in a pod with a service account token."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and os.path.exists(
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )
 
 
 def _selector(labels: dict[str, str]) -> str:

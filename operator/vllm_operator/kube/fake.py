@@ -8,6 +8,7 @@ and counts every write so tests can assert that a no-op reconcile makes zero wri
 import copy
 import itertools
 from collections import Counter
+from typing import Any
 
 from vllm_operator.kube.gateway import (
     API_VERSIONS,
@@ -16,6 +17,15 @@ from vllm_operator.kube.gateway import (
     Kind,
     Obj,
 )
+
+
+def _without_nulls(value: Any) -> Any:
+    """What the API server stores: null map values are dropped (as for preserve-unknown maps)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 def _labels_match(obj: Obj, selector: dict[str, str]) -> bool:
@@ -102,7 +112,7 @@ class FakeGateway:
         key = (Kind.VLLM_SERVICE, namespace, name)
         if key not in self.objects:
             raise GatewayError(f"vllmservices {namespace}/{name} not found", 404)
-        self.objects[key]["status"] = copy.deepcopy(status)
+        self.objects[key]["status"] = _without_nulls(copy.deepcopy(status))
         self.writes["status"] += 1
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:

@@ -111,7 +111,8 @@ class PoolPlan(BaseModel):
         """The plan as the VLLMService status stores it."""
         m = self.memory
         return StatusPoolPlan(
-            engine_args=dict(self.engine_args),
+            # None means "the version's default": left out, as the API server would drop it.
+            engine_args={k: v for k, v in self.engine_args.items() if v is not None},
             memory=StatusMemory(
                 gpu_total_gib=round(m.gpu_total_gib, 2),
                 budget_gib=round(m.budget_gib, 2),

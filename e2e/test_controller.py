@@ -1,0 +1,277 @@
+"""The controller end to end: a real operator process against the real control plane.
+
+Each test gets a fresh namespace and its own operator process watching only that namespace, so
+tests cannot see each other's objects and a test may stop and restart its operator.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.conftest import EXAMPLES, Cluster
+from e2e.kube import Kube, load_manifests, wait_for
+from e2e.operator_process import OperatorProcess
+
+GROUP_PATH = "/apis/serving.vllm-operator.dev/v1alpha1"
+HASH = "serving.vllm-operator.dev/plan-hash"
+TIMEOUT = 90
+
+pytestmark = pytest.mark.usefixtures("crd", "gpu_nodes")
+
+
+@pytest.fixture
+def operator(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log", [namespace])
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def example(name: str, namespace: str) -> dict[str, Any]:
+    (obj,) = load_manifests(EXAMPLES / name)
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["namespace"] = namespace
+    return obj
+
+
+def svc_path(namespace: str, name: str) -> str:
+    return f"{GROUP_PATH}/namespaces/{namespace}/vllmservices/{name}"
+
+
+def cond(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return dict(c)
+    return None
+
+
+def wait_condition(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    type_: str,
+    status: str,
+    reason: str | None = None,
+    generation: int | None = None,
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        obj = kube.get(svc_path(namespace, name))
+        c = cond(obj, type_)
+        if c is None or c["status"] != status or (reason and c["reason"] != reason):
+            return None
+        if (
+            generation is not None
+            and (obj.get("status") or {}).get("observedGeneration") != generation
+        ):
+            return None
+        return dict(obj)
+
+    return wait_for(check, timeout=TIMEOUT, what=f"{name} {type_}={status} {reason or ''}")
+
+
+def deployments(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    return kube.list(f"/apis/apps/v1/namespaces/{namespace}/deployments")
+
+
+def test_every_example_is_planned_and_ready_on_matching_nodes(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    names = []
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        obj = example(path.name, namespace)
+        kube.apply(obj)
+        names.append(obj["metadata"]["name"])
+    for name in names:
+        obj = wait_condition(kube, namespace, name, "Ready", "True")
+        assert cond(obj, "Feasible")["status"] == "True"  # type: ignore[index]
+        status = obj["status"]
+        assert status["ready"] == f"{len(status['pools'])}/{len(status['pools'])}"
+        for pool in status["pools"]:
+            dep = kube.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{pool['deployment']}")
+            pod_spec = dep["spec"]["template"]["spec"]
+            assert pod_spec["nodeSelector"]["nvidia.com/gpu.product"] == pool["gpuType"]
+            args = pod_spec["containers"][0]["args"]
+            engine = pool["plan"]["engineArgs"]
+            assert args[args.index("--max-num-seqs") + 1] == str(engine["max_num_seqs"])
+            assert args[args.index("--max-model-len") + 1] == str(engine["max_model_len"])
+            tp = engine["tensor_parallel_size"]
+            limits = pod_spec["containers"][0]["resources"]["limits"]
+            assert limits["nvidia.com/gpu"] == str(tp)
+            selector = ",".join(
+                f"{k}={v}" for k, v in dep["spec"]["selector"]["matchLabels"].items()
+            )
+            pods = kube.list(f"/api/v1/namespaces/{namespace}/pods", label_selector=selector)
+            assert pods and all(p["status"]["phase"] == "Running" for p in pods)
+            for pod in pods:
+                node = kube.get(f"/api/v1/nodes/{pod['spec']['nodeName']}")
+                assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == pool["gpuType"]
+        services = kube.list(f"/api/v1/namespaces/{namespace}/services")
+        assert name in {s["metadata"]["name"] for s in services}
+
+
+def test_spec_change_rolls_new_args_and_noop_makes_zero_writes(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    obj = example("llama-3.1-8b-l4.yaml", namespace)
+    kube.apply(obj)
+    wait_condition(kube, namespace, "llama-8b-chat", "Ready", "True")
+    wait_condition(kube, namespace, "llama-8b-chat", "Progressing", "False", "RolloutComplete")
+    dep_path = f"/apis/apps/v1/namespaces/{namespace}/deployments/llama-8b-chat-l4"
+    before = kube.get(dep_path)
+
+    # A no-op trigger (a label only): the operator reconciles and writes nothing.
+    writes = operator.writes()
+    metrics_before = operator.metrics()
+    reconciles = operator.reconciles()
+    kube.patch(svc_path(namespace, "llama-8b-chat"), {"metadata": {"labels": {"touched": "yes"}}})
+    wait_for(lambda: operator.reconciles() > reconciles, timeout=TIMEOUT, what="a reconcile")
+    after = operator.metrics()
+    assert operator.writes() == writes, {
+        k: (metrics_before.get(k), v) for k, v in after.items() if "total" in k
+    }
+    assert (
+        kube.get(dep_path)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    )
+
+    # A real change rolls the Deployment with the new plan.
+    kube.patch(svc_path(namespace, "llama-8b-chat"), {"spec": {"workload": {"concurrency": 3}}})
+    wait_condition(kube, namespace, "llama-8b-chat", "Ready", "True", generation=2)
+    after = kube.get(dep_path)
+    assert after["metadata"]["annotations"][HASH] != before["metadata"]["annotations"][HASH]
+    args = after["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--max-num-seqs") + 1] == "3"
+
+
+def test_spec_and_user_metadata_stay_as_applied(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    obj = example("qwen2.5-14b-h100-a100.yaml", namespace)
+    obj["metadata"]["labels"] = {"team": "search"}
+    obj["metadata"]["annotations"] = {"example.com/owner": "search"}
+    kube.apply(obj)
+    live = wait_condition(kube, namespace, "qwen-14b", "Ready", "True")
+    assert live["spec"] == obj["spec"]
+    assert live["metadata"]["labels"] == obj["metadata"]["labels"]
+    ours = {
+        k: v
+        for k, v in live["metadata"]["annotations"].items()
+        if not k.startswith("serving.vllm-operator.dev/")
+    }
+    assert ours == obj["metadata"]["annotations"]
+
+
+def test_deleting_the_service_removes_everything(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    kube.apply(example("llama-3.1-8b-l4.yaml", namespace))
+    wait_condition(kube, namespace, "llama-8b-chat", "Ready", "True")
+    kube.delete(svc_path(namespace, "llama-8b-chat"))
+    wait_for(lambda: not deployments(kube, namespace), timeout=TIMEOUT, what="deployments gone")
+    wait_for(
+        lambda: not [s for s in kube.list(f"/api/v1/namespaces/{namespace}/services")],
+        timeout=TIMEOUT,
+        what="services gone",
+    )
+    wait_for(
+        lambda: not kube.list(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"),
+        timeout=TIMEOUT,
+        what="PDBs gone",
+    )
+
+
+def test_restart_in_the_middle_of_a_rollout_resumes_without_duplicates(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    kube.apply(example("qwen2.5-14b-h100-a100.yaml", namespace))
+    wait_condition(kube, namespace, "qwen-14b", "Ready", "True")
+    operator.stop()
+    kube.patch(svc_path(namespace, "qwen-14b"), {"spec": {"workload": {"concurrency": 8}}})
+    operator.start()
+    wait_condition(kube, namespace, "qwen-14b", "Ready", "True", generation=2)
+    deps = deployments(kube, namespace)
+    assert sorted(d["metadata"]["name"] for d in deps) == [
+        "qwen-14b-a100-40gb",
+        "qwen-14b-h100-80gb",
+    ]
+    for dep in deps:
+        args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--max-num-seqs") + 1] == "8"
+    assert len(kube.list(f"/api/v1/namespaces/{namespace}/services")) == 1
+
+
+def test_infeasible_unknown_model_and_bad_flags_create_nothing(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    infeasible = example("llama-3.1-70b-h100-tp.yaml", namespace)
+    infeasible["spec"]["placement"] = {"gpuTypes": ["Tesla-T4"], "maxGPUsPerReplica": 1}
+    unknown = example("llama-3.1-8b-l4.yaml", namespace)
+    unknown["metadata"]["name"] = "private"
+    unknown["spec"]["model"]["name"] = "acme/private-model-7b"
+    bad_flag = example("llama-3.1-8b-l4.yaml", namespace)
+    bad_flag["metadata"]["name"] = "bad-flag"
+    bad_flag["spec"]["vllm"]["extraArgs"] = {"--swap-space": "8"}
+    for obj in (infeasible, unknown, bad_flag):
+        kube.apply(obj)
+    obj = wait_condition(kube, namespace, "llama-70b", "Feasible", "False", "Infeasible")
+    assert "Tesla-T4" in cond(obj, "Feasible")["message"]  # type: ignore[index]
+    obj = wait_condition(kube, namespace, "private", "Feasible", "False", "UnknownModel")
+    assert "spec.model.architecture" in cond(obj, "Feasible")["message"]  # type: ignore[index]
+    obj = wait_condition(kube, namespace, "bad-flag", "Feasible", "False", "InvalidExtraArgs")
+    assert "--swap-space" in cond(obj, "Feasible")["message"]  # type: ignore[index]
+    assert deployments(kube, namespace) == []
+    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
+    assert any(e["reason"] == "Infeasible" and e["type"] == "Warning" for e in events)
+
+
+def test_missing_gpu_type_waits_for_nodes_then_plans(
+    cluster: Cluster, kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    if cluster.local is None:
+        pytest.skip("adds simulated nodes: needs the local control plane")
+    obj = example("llama-3.1-8b-l4.yaml", namespace)
+    obj["spec"]["placement"]["gpuTypes"] = ["NVIDIA-L40S"]
+    kube.apply(obj)
+    wait_condition(kube, namespace, "llama-8b-chat", "Progressing", "False", "NoMatchingNodes")
+    assert deployments(kube, namespace) == []
+    node = copy.deepcopy(cluster.kube.get("/api/v1/nodes/gpu-l4-0"))
+    name = f"gpu-l40s-{namespace}"
+    labels = dict(node["metadata"]["labels"])
+    labels.update(
+        {
+            "nvidia.com/gpu.product": "NVIDIA-L40S",
+            "nvidia.com/gpu.memory": "46068",
+            "kubernetes.io/hostname": name,
+        }
+    )
+    cluster.local.add_nodes(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": labels,
+                    "annotations": node["metadata"].get("annotations", {}),
+                },
+                "spec": {"taints": node["spec"].get("taints", [])},
+                "status": {
+                    "capacity": node["status"]["capacity"],
+                    "allocatable": node["status"]["allocatable"],
+                },
+            }
+        ]
+    )
+    try:
+        wait_condition(kube, namespace, "llama-8b-chat", "Ready", "True")
+        assert [d["metadata"]["name"] for d in deployments(kube, namespace)] == [
+            "llama-8b-chat-l40s"
+        ]
+    finally:
+        kube.delete(f"/api/v1/nodes/{name}")
