@@ -275,3 +275,44 @@ def test_missing_gpu_type_waits_for_nodes_then_plans(
         ]
     finally:
         kube.delete(f"/api/v1/nodes/{name}")
+
+
+def test_probe_budget_on_nodes_changes_the_plan(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    import json
+    from datetime import UTC, datetime
+
+    key = "serving.vllm-operator.dev/gpu-budget"
+    l4_nodes = kube.list("/api/v1/nodes", label_selector="nvidia.com/gpu.product=NVIDIA-L4")
+    obj = example("llama-3.1-8b-l4.yaml", namespace)
+    obj["spec"]["workload"]["concurrency"] = 2
+    kube.apply(obj)
+    before = wait_condition(kube, namespace, "llama-8b-chat", "Ready", "True")
+    assert "probe" not in before["status"]["pools"][0]["plan"]["memory"]["budgetSource"].lower()
+    try:
+        for node in l4_nodes:
+            name = node["metadata"]["name"]
+            budget = {
+                "node": name, "observedAt": datetime.now(UTC).isoformat(), "probeVersion": "e2e",
+                "gpus": [{"index": 0, "uuid": f"GPU-{name}", "name": "NVIDIA L4",
+                          "totalMib": 23034, "freeMib": 19734, "usedMib": 3300,
+                          "processes": [{"pid": 4242, "usedMib": 3000}]}],
+            }
+            kube.patch(f"/api/v1/nodes/{name}",
+                       {"metadata": {"annotations": {key: json.dumps(budget)}}})
+
+        def measured() -> dict[str, Any] | None:
+            live = kube.get(svc_path(namespace, "llama-8b-chat"))
+            pools = (live.get("status") or {}).get("pools") or []
+            if pools and "probe" in pools[0]["plan"]["memory"]["budgetSource"].lower():
+                return dict(pools[0])
+            return None
+
+        pool = wait_for(measured, timeout=TIMEOUT, what="a plan from the probe budget")
+        assert pool["plan"]["engineArgs"]["gpu_memory_utilization"] < 0.9
+        assert any("measured free memory" in r for r in pool["plan"]["reasons"])
+    finally:
+        for node in l4_nodes:
+            kube.patch(f"/api/v1/nodes/{node['metadata']['name']}",
+                       {"metadata": {"annotations": {key: None}}})

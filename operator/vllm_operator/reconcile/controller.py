@@ -25,6 +25,7 @@ from vllm_operator.api import (
 )
 from vllm_operator.api.conditions import Condition, ConditionStatus
 from vllm_operator.api.errors import problems_from
+from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.status import PoolStatus
 from vllm_operator.kube.gateway import (
     ConflictError,
@@ -35,6 +36,7 @@ from vllm_operator.kube.gateway import (
     Obj,
 )
 from vllm_operator.metrics import operator_metrics as m
+from vllm_operator.reconcile.budgets import MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.diff import needs_apply
 from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
 from vllm_operator.reconcile.pools import (
@@ -98,6 +100,7 @@ class Controller:
         # (namespace, name) -> canonical GPU labels the service allows (for node triggers).
         self._gpu_index: dict[tuple[str, str], set[str]] = {}
         self._node_fingerprints: dict[str, tuple[Any, ...]] = {}
+        self._budget_warnings: dict[tuple[str, str], dict[str, str]] = {}
 
     # ----------------------------------------------------------------------------- triggers
 
@@ -108,6 +111,7 @@ class Controller:
     def forget(self, namespace: str, name: str) -> None:
         """The service is gone; its children go through owner references."""
         self._gpu_index.pop((namespace, name), None)
+        self._budget_warnings.pop((namespace, name), None)
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
 
@@ -213,8 +217,10 @@ class Controller:
             self._write_status(body, old_status, status, outcome)
             return outcome
 
-        groups = group_gpu_nodes(self.gw.list_nodes())
-        pools = plan_pools(prepared, groups)
+        nodes = self.gw.list_nodes()
+        groups = group_gpu_nodes(nodes)
+        budgets = self._budgets(service, nodes, now, outcome)
+        pools = plan_pools(prepared, groups, budgets.usable_mib)
 
         desired_names = set()
         for pool in pools:
@@ -251,6 +257,30 @@ class Controller:
         return outcome
 
     # ------------------------------------------------------------------------------- helpers
+
+    def _budgets(
+        self, service: VLLMService, nodes: list[Obj], now: datetime, outcome: Outcome
+    ) -> MeasuredBudgets:
+        """Probe budgets for the allowed products; ignored annotations get one Warning each."""
+        if not any(
+            GPU_BUDGET_ANNOTATION in ((n.get("metadata") or {}).get("annotations") or {})
+            for n in nodes
+        ):
+            return MeasuredBudgets()
+        pods = self.gw.list_pods(service.namespace, selector_labels(service.name))
+        own = [str((p.get("metadata") or {}).get("uid", "")) for p in pods]
+        budgets = measured_budgets(nodes, now, own)
+        key = (service.namespace, service.name)
+        warned = self._budget_warnings.setdefault(key, {})
+        for node, reason in budgets.ignored.items():
+            if warned.get(node) != reason:
+                warned[node] = reason
+                self._event(
+                    service, "Warning", "ProbeBudgetIgnored", f"Node {node}: {reason}", outcome
+                )
+        for node in set(warned) - set(budgets.ignored):
+            del warned[node]
+        return budgets
 
     def _prune(self, service: VLLMService, desired: set[str], outcome: Outcome) -> None:
         """Delete Deployments of GPU types the spec no longer allows.

@@ -168,7 +168,7 @@ def _plan_group(
             product=group.product,
             feasible=False,
             reason="Infeasible",
-            message=" ".join(result.reasons) + _alternatives(result),
+            message="; ".join(r.rstrip(".") for r in result.reasons) + "." + _alternatives(result),
             deployment_name=name,
         )
     args = dict(result.engine_args)
