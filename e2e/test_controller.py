@@ -132,9 +132,9 @@ def test_spec_change_rolls_new_args_and_noop_makes_zero_writes(
     reconciles = operator.reconciles()
     kube.patch(svc_path(namespace, "llama-8b-chat"), {"metadata": {"labels": {"touched": "yes"}}})
     wait_for(lambda: operator.reconciles() > reconciles, timeout=TIMEOUT, what="a reconcile")
-    after = operator.metrics()
+    metrics_after = operator.metrics()
     assert operator.writes() == writes, {
-        k: (metrics_before.get(k), v) for k, v in after.items() if "total" in k
+        k: (metrics_before.get(k), v) for k, v in metrics_after.items() if "total" in k
     }
     assert (
         kube.get(dep_path)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]

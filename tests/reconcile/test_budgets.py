@@ -1,7 +1,7 @@
 """Probe budgets on nodes change the plan; stale or malformed ones are ignored with an Event."""
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION

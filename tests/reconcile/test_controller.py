@@ -56,7 +56,7 @@ def status_of(gw: FakeGateway, name: str, ns: str = "default") -> dict[str, Any]
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    found = [c for c in status.get("conditions", []) if c["type"] == type_]
+    found: list[dict[str, Any]] = [c for c in status.get("conditions", []) if c["type"] == type_]
     assert found, f"no {type_} condition in {status}"
     return found[0]
 
