@@ -39,6 +39,8 @@ typecheck: $(STAMP) ## Run mypy --strict on operator/ (and the test trees)
 .PHONY: generate
 generate: $(STAMP) ## Regenerate the CRDs (crds/, charts/vllm-operator/crds/) and other generated files
 	$(BIN)/vllm-operator crd -d crds -d charts/vllm-operator/crds
+	$(BIN)/vllm-operator docs crd-reference -o docs/crd-reference.md
+	cp deploy/prometheus/vllm-operator.rules.yaml charts/vllm-operator/files/vllm-operator.rules.yaml
 
 .PHONY: verify
 verify: $(STAMP) ## Regenerate into a temporary copy and fail on any difference from the committed files
@@ -46,14 +48,17 @@ verify: $(STAMP) ## Regenerate into a temporary copy and fail on any difference 
 	$(BIN)/vllm-operator crd -d "$$tmp" 2>/dev/null; \
 	status=0; for f in $(GENERATED); do \
 	  diff -u "$$f" "$$tmp/$(CRD_FILE)" || { echo "$$f is out of date: run 'make generate'"; status=1; }; \
-	done; exit $$status
+	done; \
+	$(BIN)/vllm-operator docs crd-reference | diff -u docs/crd-reference.md - || { echo "docs/crd-reference.md is out of date: run 'make generate'"; status=1; }; \
+	diff -u deploy/prometheus/vllm-operator.rules.yaml charts/vllm-operator/files/vllm-operator.rules.yaml || { echo "the chart's copy of the Prometheus rules is out of date: run 'make generate'"; status=1; }; \
+	exit $$status
 
 .PHONY: test-unit
-test-unit: $(STAMP) ## Run the fast tests (unit, property, golden, reconcile) with warnings as errors
-	$(BIN)/pytest tests -q
+test-unit: $(STAMP) conformance-setup ## Run the fast tests (unit, property, golden, reconcile) with warnings as errors
+	$(BIN)/pytest tests -q --ignore=tests/packaging
 
 .PHONY: test
-test: lint typecheck verify test-unit test-e2e ## Run everything CI runs: lint, typecheck, verify, unit and e2e tests
+test: lint typecheck verify test-unit test-packaging test-e2e ## Run everything CI runs: lint, typecheck, verify, unit and e2e tests
 
 .PHONY: test-e2e
 test-e2e: $(STAMP) ## Run the e2e tests against the real local control plane (builds it on first use)
@@ -68,6 +73,17 @@ tools: ## Build etcd, kube-apiserver/-controller-manager/-scheduler, kubectl and
 .PHONY: tools-helm
 tools-helm: ## Build Helm into ~/.cache/vllm-operator/bin (only when missing)
 	hack/tools/build.sh helm
+
+.PHONY: promtool
+promtool: ## Build prometheus and promtool into ~/.cache/vllm-operator/bin (only when missing)
+	hack/tools/build-prometheus.sh
+
+.PHONY: test-packaging
+test-packaging: $(STAMP) ## Test the chart (helm lint/template), Dockerfile, Argo CD health Lua, Prometheus rules (promtool), dashboard
+	@if command -v go >/dev/null 2>&1 || [ -n "$$VLLM_OPERATOR_BIN_DIR" ]; then \
+	  hack/tools/build.sh helm && hack/tools/build-prometheus.sh && \
+	  VLLM_OPERATOR_REQUIRE_TOOLS=1 $(BIN)/pytest tests/packaging -q; \
+	else echo "No Go toolchain on PATH: helm and promtool tests will skip"; $(BIN)/pytest tests/packaging -q -rs; fi
 
 .PHONY: e2e
 e2e: $(STAMP) ## Run e2e/ (marker e2e) on a fresh local control plane; skips with one line when the tools cannot be built
@@ -86,3 +102,17 @@ demo-down: ## Stop every process of the `make demo` control plane
 .PHONY: bench-planner
 bench-planner: $(STAMP) ## Benchmark the memory model against published vLLM startup logs; rewrites the table in docs/planning-model.md
 	$(PY) hack/bench_planner.py --write docs/planning-model.md
+
+# -- vLLM version catalog (issue 4): generated from the release wheels on PyPI -------------------
+
+.PHONY: catalog
+catalog: $(STAMP) ## Regenerate operator/vllm_operator/catalog/vllm/data/ from the vLLM wheels listed in hack/vllm-catalog/versions.txt
+	$(PY) hack/vllm-catalog/generate.py
+
+.PHONY: conformance-setup
+conformance-setup: $(STAMP) ## Fetch the default vLLM release's sources + parser venv for tests/conformance (cached in ~/.cache/vllm-operator)
+	$(PY) hack/vllm-catalog/real_parser.py --setup
+
+.PHONY: bench-controller
+bench-controller: $(STAMP) ## Benchmark the controller: 200 VLLMServices at once on the local control plane; writes docs/controller-benchmark.md
+	$(PY) hack/bench_controller.py --services $${N:-200}

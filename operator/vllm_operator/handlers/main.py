@@ -21,7 +21,7 @@ def run_operator(
     api_client = load_config(kubeconfig)
     gateway = ApiGateway(api_client)
     registrations.install(
-        Controller(gateway, HubArchitectureResolver(gateway)),
+        Controller(gateway, HubArchitectureResolver(gateway), node_cache_seconds=2.0),
         connection=connection_info(api_client),
         in_cluster=in_cluster(),
     )

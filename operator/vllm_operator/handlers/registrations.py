@@ -52,7 +52,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
     settings.posting.enabled = False
-    settings.execution.max_workers = 8
+    settings.execution.max_workers = 16
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60

@@ -91,8 +91,14 @@ class Controller:
         gateway: KubeGateway,
         resolver: ArchitectureResolver,
         clock: Callable[[], datetime] = _utcnow,
+        node_cache_seconds: float = 0.0,
     ) -> None:
         self.gw = gateway
+        # Reconciles in a burst (startup, a Deployment storm) share one node list for a moment;
+        # node events that change anything relevant invalidate it at once.
+        self._node_cache_seconds = node_cache_seconds
+        self._node_cache: tuple[float, list[Obj]] | None = None
+        self._node_cache_guard = threading.Lock()
         self.resolver = resolver
         self.clock = clock
         self._locks: dict[tuple[str, str], threading.Lock] = {}
@@ -153,6 +159,7 @@ class Controller:
             self._node_fingerprints[name] = fingerprint
         if previous == fingerprint:
             return []
+        self._node_cache = None
         products = {labels.get("nvidia.com/gpu.product")}
         if previous is not None:
             products.add(previous[0][0])
@@ -217,7 +224,7 @@ class Controller:
             self._write_status(body, old_status, status, outcome)
             return outcome
 
-        nodes = self.gw.list_nodes()
+        nodes = self._nodes()
         groups = group_gpu_nodes(nodes)
         budgets = self._budgets(service, nodes, now, outcome)
         pools = plan_pools(prepared, groups, budgets.usable_mib)
@@ -235,8 +242,8 @@ class Controller:
                 self._event(service, "Normal", "PlanApplied", pool.applied_message, outcome)
             pool.live = live
 
-        self._prune(service, desired_names, outcome)
-        existing = self.gw.list_owned(Kind.DEPLOYMENT, namespace, selector_labels(name))
+        owned = self.gw.list_owned(Kind.DEPLOYMENT, namespace, selector_labels(name))
+        existing = self._prune(service, owned, desired_names, outcome)
         if existing:
             for obj in (render_service(service), render_pdb(service)):
                 kind = Kind(obj["kind"])
@@ -257,6 +264,18 @@ class Controller:
         return outcome
 
     # ------------------------------------------------------------------------------- helpers
+
+    def _nodes(self) -> list[Obj]:
+        if self._node_cache_seconds <= 0:
+            return self.gw.list_nodes()
+        with self._node_cache_guard:
+            cached = self._node_cache
+            now = time.monotonic()
+            if cached is not None and now - cached[0] < self._node_cache_seconds:
+                return cached[1]
+            nodes = self.gw.list_nodes()
+            self._node_cache = (now, nodes)
+            return nodes
 
     def _budgets(
         self, service: VLLMService, nodes: list[Obj], now: datetime, outcome: Outcome
@@ -282,7 +301,9 @@ class Controller:
             del warned[node]
         return budgets
 
-    def _prune(self, service: VLLMService, desired: set[str], outcome: Outcome) -> None:
+    def _prune(
+        self, service: VLLMService, owned: list[Obj], desired: set[str], outcome: Outcome
+    ) -> list[Obj]:
         """Delete Deployments of GPU types the spec no longer allows.
 
         A pool whose type is still allowed is kept even when it is not desired right now (its
@@ -290,10 +311,10 @@ class Controller:
         transient or a rejected change.
         """
         allowed = {canonical_label(g) for g in service.spec.placement.gpu_types}
-        for dep in self.gw.list_owned(
-            Kind.DEPLOYMENT, service.namespace, selector_labels(service.name)
-        ):
+        kept: list[Obj] = []
+        for dep in owned:
             meta = dep["metadata"]
+            kept.append(dep)
             if meta["name"] in desired:
                 continue
             if (meta.get("labels") or {}).get(LABEL_MANAGED_BY) != MANAGED_BY:
@@ -302,6 +323,7 @@ class Controller:
             if canonical_label(gpu_type) in allowed:
                 continue
             self.gw.delete(Kind.DEPLOYMENT, service.namespace, meta["name"])
+            kept.pop()
             outcome.deleted.append(f"Deployment/{meta['name']}")
             self._event(
                 service,
@@ -310,6 +332,7 @@ class Controller:
                 f"Deleted Deployment {meta['name']}: GPU type {gpu_type} is no longer allowed",
                 outcome,
             )
+        return kept
 
     def _event(
         self, about: VLLMService | Obj, type_: str, reason: str, message: str, outcome: Outcome
