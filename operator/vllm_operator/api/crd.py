@@ -153,7 +153,10 @@ def build_crd() -> Schema:
 
 
 class _Dumper(yaml.SafeDumper):
-    """YAML dumper with block style and readable multi-line strings."""
+    """YAML dumper with block style, readable multi-line strings and no anchors/aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
