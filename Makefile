@@ -41,6 +41,7 @@ generate: $(STAMP) ## Regenerate the CRDs (crds/, charts/vllm-operator/crds/) an
 	$(BIN)/vllm-operator crd -d crds -d charts/vllm-operator/crds
 	$(BIN)/vllm-operator docs crd-reference -o docs/crd-reference.md
 	cp deploy/prometheus/vllm-operator.rules.yaml charts/vllm-operator/files/vllm-operator.rules.yaml
+	cp deploy/grafana/vllm-operator-dashboard.json charts/vllm-operator/files/vllm-operator-dashboard.json
 
 .PHONY: verify
 verify: $(STAMP) ## Regenerate into a temporary copy and fail on any difference from the committed files
@@ -51,6 +52,7 @@ verify: $(STAMP) ## Regenerate into a temporary copy and fail on any difference 
 	done; \
 	$(BIN)/vllm-operator docs crd-reference | diff -u docs/crd-reference.md - || { echo "docs/crd-reference.md is out of date: run 'make generate'"; status=1; }; \
 	diff -u deploy/prometheus/vllm-operator.rules.yaml charts/vllm-operator/files/vllm-operator.rules.yaml || { echo "the chart's copy of the Prometheus rules is out of date: run 'make generate'"; status=1; }; \
+	diff -u deploy/grafana/vllm-operator-dashboard.json charts/vllm-operator/files/vllm-operator-dashboard.json || { echo "the chart's copy of the Grafana dashboard is out of date: run 'make generate'"; status=1; }; \
 	exit $$status
 
 .PHONY: test-unit

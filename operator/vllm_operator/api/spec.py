@@ -457,6 +457,87 @@ class RemediationSpec(ApiModel):
         description="auto applies bounded, reversible changes; recommend only writes status and "
         "Events; off does nothing. Defaults to auto.",
     )
+    evaluation_interval_seconds: int = Field(
+        default=30,
+        ge=10,
+        le=3600,
+        description="How often the operator evaluates metrics and pod status. Defaults to 30.",
+    )
+    window_seconds: int = Field(
+        default=300,
+        ge=30,
+        le=86_400,
+        description="How long a metric signal must hold before it counts as sustained (KV-cache "
+        "usage, queue, preemptions, memory creep). Defaults to 300 (5 minutes).",
+    )
+    kv_cache_usage_threshold: float = Field(
+        default=0.95,
+        ge=0.5,
+        le=1.0,
+        description="KV-cache usage (0-1) that, held for the whole window, counts as KV pressure. "
+        "Defaults to 0.95.",
+    )
+    queue_ratio: float = Field(
+        default=2.0,
+        ge=0.5,
+        le=100.0,
+        description="Waiting requests per running request, averaged over the window, above which "
+        "the queue counts as backed up. Defaults to 2.",
+    )
+    preemptions_per_minute: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=100_000.0,
+        description="Preemption rate over the window above which the scheduler counts as "
+        "thrashing. Defaults to 1 per minute.",
+    )
+    prefix_cache_hit_rate_floor: float = Field(
+        default=0.3,
+        ge=0.0,
+        le=1.0,
+        description="Under KV pressure, prefix caching is turned off when its hit rate over the "
+        "window stays below this. Defaults to 0.3.",
+    )
+    memory_creep_fraction: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="A pod whose GPU memory stays above the planned reservation by more than this "
+        "fraction for the whole window is restarted (chronic fragmentation). Defaults to 0.05.",
+    )
+    step_fraction: float = Field(
+        default=0.25,
+        gt=0.0,
+        le=0.5,
+        description="Size of one lowering step, as a fraction of the current value "
+        "(maxNumBatchedTokens, maxNumSeqs). Defaults to 0.25.",
+    )
+    cooldown_seconds: int = Field(
+        default=600,
+        ge=0,
+        le=86_400,
+        description="Minimum time between two actions on the same pool. Defaults to 600.",
+    )
+    max_actions_per_hour: int = Field(
+        default=4,
+        ge=0,
+        le=60,
+        description="Most remediation actions per service in any hour; 0 allows none. Defaults to 4.",
+    )
+    restore_after_seconds: int = Field(
+        default=3600,
+        ge=60,
+        le=604_800,
+        description="Quiet time after which an override is stepped back towards the plan "
+        "(doubled each time the same override had to be re-applied). Defaults to 3600.",
+    )
+    max_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description="Under KV pressure, a pool may be scaled out up to this many replicas before "
+        "any limit is lowered. Unset (the default): never scale out.",
+    )
 
 
 class RolloutSpec(ApiModel):

@@ -69,8 +69,9 @@ import click
     "--proc-root",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("/proc"),
-    hidden=True,
-    help="Where /proc/<pid>/cgroup is read from to map GPU processes to pods.",
+    show_default=True,
+    help="The host's /proc (e.g. a hostPath mount at /host/proc): NVML reports host PIDs, and "
+    "/proc/<pid>/cgroup maps them to pods.",
 )
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def probe(

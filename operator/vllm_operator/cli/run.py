@@ -19,6 +19,19 @@ import click
     show_default=True,
     help="host:port of the liveness endpoint (/healthz).",
 )
+@click.option(
+    "--prometheus-url",
+    envvar="VLLM_OPERATOR_PROMETHEUS_URL",
+    default=None,
+    help="Prometheus scraping the vLLM pods; without it remediation acts on pod status only.",
+)
+@click.option(
+    "--gpu-memory-metric",
+    type=click.Choice(["dcgm", "probe", "none"]),
+    default="dcgm",
+    show_default=True,
+    help="Per-pod GPU memory for creep detection: dcgm-exporter, the NVML probe, or none.",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -26,11 +39,15 @@ def run(
     kubeconfig: str | None,
     metrics_port: int,
     health_address: str,
+    prometheus_url: str | None,
+    gpu_memory_metric: str,
     verbose: bool,
 ) -> None:
     """Run the operator: reconcile VLLMServices into per-GPU-type vLLM Deployments."""
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces are mutually exclusive")
+    # Kopf logs every handler success at INFO; keep the operator's own lines readable.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
@@ -44,4 +61,6 @@ def run(
         kubeconfig=kubeconfig,
         metrics_port=metrics_port,
         health_address=health_address,
+        prometheus_url=prometheus_url,
+        gpu_memory_metric=gpu_memory_metric,
     )

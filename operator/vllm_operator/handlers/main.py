@@ -9,19 +9,50 @@ from vllm_operator.handlers import registrations
 from vllm_operator.hub.resolver import HubArchitectureResolver
 from vllm_operator.kube.client import ApiGateway, connection_info, in_cluster, load_config
 from vllm_operator.metrics.operator_metrics import REGISTRY
+from vllm_operator.metrics.signals import (
+    BYTES_TO_GIB,
+    DCGM_FB_USED,
+    PROBE_PROCESS_MEMORY,
+    PrometheusSignals,
+)
 from vllm_operator.reconcile.controller import Controller
 
 log = logging.getLogger(__name__)
 
 
 def run_operator(
-    *, namespaces: list[str], kubeconfig: str | None, metrics_port: int, health_address: str
+    *,
+    namespaces: list[str],
+    kubeconfig: str | None,
+    metrics_port: int,
+    health_address: str,
+    prometheus_url: str | None = None,
+    gpu_memory_metric: str = "dcgm",
 ) -> None:
     """Block running the operator until it is stopped."""
     api_client = load_config(kubeconfig)
     gateway = ApiGateway(api_client)
+    signals = None
+    if prometheus_url:
+        if gpu_memory_metric == "probe":
+            signals = PrometheusSignals(
+                prometheus_url,
+                gpu_memory_metric=PROBE_PROCESS_MEMORY,
+                gpu_memory_to_gib=BYTES_TO_GIB,
+                gpu_pod_label="exported_pod",
+                gpu_namespace_label="exported_namespace",
+            )
+        else:
+            metric = DCGM_FB_USED if gpu_memory_metric == "dcgm" else None
+            signals = PrometheusSignals(prometheus_url, gpu_memory_metric=metric)
+        log.info("Reading signals from Prometheus url=%s", prometheus_url)
     registrations.install(
-        Controller(gateway, HubArchitectureResolver(gateway), node_cache_seconds=2.0),
+        Controller(
+            gateway,
+            HubArchitectureResolver(gateway),
+            node_cache_seconds=2.0,
+            metrics=signals,
+        ),
         connection=connection_info(api_client),
         in_cluster=in_cluster(),
     )

@@ -18,6 +18,10 @@ from vllm_operator.rendering.names import LABEL_MANAGED_BY, MANAGED_BY
 
 _state: dict[str, Any] = {}
 
+# How often each service's remediation is considered; the spec's evaluation interval (>= this)
+# decides when it really runs.
+TIMER_SECONDS = 5.0
+
 
 def install(
     controller: Controller, connection: dict[str, Any] | None = None, in_cluster: bool = False
@@ -71,6 +75,15 @@ def _reconcile(namespace: str, name: str) -> None:
 def on_service(namespace: str | None, name: str | None, **_: Any) -> None:
     """Create, update and resume all lead to the same level-based reconcile."""
     _reconcile(namespace or "default", name or "")
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_SECONDS, initial_delay=TIMER_SECONDS)
+def on_timer(namespace: str | None, name: str | None, **_: Any) -> None:
+    """Run-time remediation; the controller honours spec.remediation.evaluationIntervalSeconds."""
+    try:
+        _controller().evaluate(namespace or "default", name or "")
+    except RetryableError as exc:
+        raise kopf.TemporaryError(str(exc), delay=exc.delay) from exc
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

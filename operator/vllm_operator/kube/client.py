@@ -118,7 +118,6 @@ class ApiGateway:
             Kind.DEPLOYMENT: self.apps.read_namespaced_deployment,
             Kind.SERVICE: self.core.read_namespaced_service,
             Kind.PDB: self.policy.read_namespaced_pod_disruption_budget,
-            Kind.POD: self.core.read_namespaced_pod,
         }
         try:
             if kind is Kind.VLLM_SERVICE:
@@ -135,8 +134,6 @@ class ApiGateway:
     def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
         listers: dict[Kind, Any] = {
             Kind.DEPLOYMENT: self.apps.list_namespaced_deployment,
-            Kind.SERVICE: self.core.list_namespaced_service,
-            Kind.PDB: self.policy.list_namespaced_pod_disruption_budget,
             Kind.POD: self.core.list_namespaced_pod,
         }
         try:
@@ -175,12 +172,9 @@ class ApiGateway:
         return self._raw(result)
 
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
-        deleters: dict[Kind, Any] = {
-            Kind.DEPLOYMENT: self.apps.delete_namespaced_deployment,
-            Kind.SERVICE: self.core.delete_namespaced_service,
-            Kind.PDB: self.policy.delete_namespaced_pod_disruption_budget,
-            Kind.POD: self.core.delete_namespaced_pod,
-        }
+        # Only pools are ever deleted by the operator (a GPU type removed from the spec); the
+        # Service and PDB go with the VLLMService through owner references.
+        deleters: dict[Kind, Any] = {Kind.DEPLOYMENT: self.apps.delete_namespaced_deployment}
         try:
             deleters[kind](name, namespace)
         except ApiException as exc:
@@ -246,3 +240,41 @@ class ApiGateway:
             self.core.create_namespaced_event(event.namespace, body)  # type: ignore[arg-type]
         except ApiException as exc:  # an Event is best effort: never fail a reconcile for it
             log.warning("Failed to record event reason=%s status=%s", event.reason, exc.status)
+
+    def read_pod_log(
+        self, namespace: str, pod: str, container: str, *, previous: bool, tail_lines: int
+    ) -> str | None:
+        try:
+            text: str = self.core.read_namespaced_pod_log(
+                pod, namespace, container=container, previous=previous, tail_lines=tail_lines
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):  # no previous container, or the pod is gone
+                return None
+            raise _wrap(exc, f"read log of {namespace}/{pod}") from exc
+        return text
+
+    def patch_pod_metadata(
+        self, namespace: str, pod: str, labels: dict[str, str], annotations: dict[str, str]
+    ) -> None:
+        body = {"metadata": {"labels": labels, "annotations": annotations}}
+        try:
+            self.core.patch_namespaced_pod(pod, namespace, body)
+        except ApiException as exc:
+            raise _wrap(exc, f"patch pod {namespace}/{pod}") from exc
+
+    def evict_pod(self, namespace: str, pod: str) -> bool:
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": namespace},
+        }
+        try:
+            self.core.create_namespaced_pod_eviction(pod, namespace, body)  # type: ignore[arg-type]
+        except ApiException as exc:
+            if exc.status == 429:  # the PodDisruptionBudget does not allow it right now
+                return False
+            if exc.status == 404:
+                return True
+            raise _wrap(exc, f"evict pod {namespace}/{pod}") from exc
+        return True

@@ -43,6 +43,9 @@ class FakeGateway:
         self.events: list[EventRecord] = []
         self.writes: Counter[str] = Counter()
         self.fail_next: list[GatewayError] = []
+        self.logs: dict[tuple[str, str], str] = {}
+        self.evictions: list[tuple[str, str]] = []
+        self.refuse_evictions = False
         self._uids = itertools.count(1)
 
     # -- test helpers -------------------------------------------------------------------------
@@ -121,3 +124,30 @@ class FakeGateway:
     def emit_event(self, event: EventRecord) -> None:
         self.events.append(event)
         self.writes["event"] += 1
+
+    def read_pod_log(
+        self, namespace: str, pod: str, container: str, *, previous: bool, tail_lines: int
+    ) -> str | None:
+        text = self.logs.get((namespace, pod))
+        return None if text is None else "\n".join(text.splitlines()[-tail_lines:])
+
+    def patch_pod_metadata(
+        self, namespace: str, pod: str, labels: dict[str, str], annotations: dict[str, str]
+    ) -> None:
+        self._maybe_fail()
+        obj = self.objects.get((Kind.POD, namespace, pod))
+        if obj is None:
+            raise GatewayError(f"pods {namespace}/{pod} not found", 404)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("labels", {}).update(labels)
+        meta.setdefault("annotations", {}).update(annotations)
+        self.writes["pod"] += 1
+
+    def evict_pod(self, namespace: str, pod: str) -> bool:
+        self._maybe_fail()
+        if self.refuse_evictions:
+            return False
+        self.objects.pop((Kind.POD, namespace, pod), None)
+        self.evictions.append((namespace, pod))
+        self.writes["eviction"] += 1
+        return True

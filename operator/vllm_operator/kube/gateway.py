@@ -100,3 +100,19 @@ class KubeGateway(Protocol):
     def emit_event(self, event: EventRecord) -> None:
         """Record an Event on the VLLMService."""
         ...
+
+    def read_pod_log(
+        self, namespace: str, pod: str, container: str, *, previous: bool, tail_lines: int
+    ) -> str | None:
+        """The last lines of a container's log (the previous instance's with `previous`)."""
+        ...
+
+    def patch_pod_metadata(
+        self, namespace: str, pod: str, labels: dict[str, str], annotations: dict[str, str]
+    ) -> None:
+        """Merge labels and annotations into a pod (used to drain it from the Service)."""
+        ...
+
+    def evict_pod(self, namespace: str, pod: str) -> bool:
+        """Evict through the Eviction API; False when a PodDisruptionBudget refuses it now."""
+        ...

@@ -38,6 +38,7 @@ from vllm_operator.kube.gateway import (
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.budgets import MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.diff import needs_apply
+from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
 from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
@@ -58,6 +59,8 @@ from vllm_operator.rendering.workload import render_pdb, render_service
 
 log = logging.getLogger(__name__)
 
+# MemoryPressure reasons that mean pods crashed (remediation sets them); the service is Degraded.
+_CRASHES = frozenset({"StartupOOM", "BurstOOM"})
 _NODE_FIELDS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
 
 
@@ -92,8 +95,10 @@ class Controller:
         resolver: ArchitectureResolver,
         clock: Callable[[], datetime] = _utcnow,
         node_cache_seconds: float = 0.0,
+        metrics: MetricsSource | None = None,
     ) -> None:
         self.gw = gateway
+        self.evaluator = Evaluator(gateway, metrics, clock)
         # Reconciles in a burst (startup, a Deployment storm) share one node list for a moment;
         # node events that change anything relevant invalidate it at once.
         self._node_cache_seconds = node_cache_seconds
@@ -197,6 +202,22 @@ class Controller:
             finally:
                 m.RECONCILE_SECONDS.observe(time.perf_counter() - started)
 
+    def evaluate(self, namespace: str, name: str) -> Outcome:
+        """Run-time remediation for one service; re-renders its pools when overrides change."""
+        with self._lock((namespace, name)):
+            try:
+                body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
+                if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                    return Outcome()
+                if not self.evaluator.evaluate(body):
+                    return Outcome()
+                body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
+                return self.reconcile_body(body) if body is not None else Outcome()
+            except GatewayError as exc:
+                m.RECONCILE_ERRORS.labels(type(exc).__name__).inc()
+                log.warning("Failed to evaluate service=%s/%s error=%s", namespace, name, exc)
+                raise RetryableError(str(exc)) from exc
+
     def reconcile_body(self, body: Obj) -> Outcome:
         """One pass over a VLLMService object as read from the API."""
         meta = body.get("metadata") or {}
@@ -227,7 +248,7 @@ class Controller:
         nodes = self._nodes()
         groups = group_gpu_nodes(nodes)
         budgets = self._budgets(service, nodes, now, outcome)
-        pools = plan_pools(prepared, groups, budgets.usable_mib)
+        pools = plan_pools(prepared, groups, budgets.usable_mib, old_status.overrides)
 
         desired_names = set()
         for pool in pools:

@@ -7,15 +7,19 @@ The same two functions back the controller and `vllm-operator render`, so what a
 shows is what the operator applies.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from vllm_operator.api.service import VLLMService
+from vllm_operator.api.status import Override
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError
 from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
 from vllm_operator.planning.plan import Infeasible, PlanIntent, plan_pool
 from vllm_operator.reconcile.inventory import GpuNodeGroup, gpu_facts, match_groups
+from vllm_operator.remediation.decision import REPLICAS_FIELD
+from vllm_operator.remediation.overrides import effective_args
 from vllm_operator.rendering.args import (
     ArgsRejected,
     check_version,
@@ -97,6 +101,7 @@ def plan_pools(
     prepared: PreparedService,
     groups: dict[str, GpuNodeGroup],
     measured_free_mib: dict[str, float] | None = None,
+    overrides: Sequence[Override] = (),
 ) -> list[PoolOutcome]:
     """Plan every allowed GPU type; types without nodes become NoMatchingNodes pools."""
     service = prepared.service
@@ -136,7 +141,9 @@ def plan_pools(
         if group.product not in facts:
             continue
         outcomes.append(
-            _plan_group(prepared, group, facts[group.product], all_facts, measured_free_mib)
+            _plan_group(
+                prepared, group, facts[group.product], all_facts, measured_free_mib, overrides
+            )
         )
     order = {g: i for i, g in enumerate(spec.placement.gpu_types)}
     return sorted(outcomes, key=lambda o: (order.get(o.gpu_type, len(order)), o.gpu_type))
@@ -148,6 +155,7 @@ def _plan_group(
     facts: GpuFacts,
     all_facts: tuple[GpuFacts, ...],
     measured_free_mib: dict[str, float] | None,
+    overrides: Sequence[Override] = (),
 ) -> PoolOutcome:
     service, spec = prepared.service, prepared.service.spec
     name = deployment_name(service.name, group.product)
@@ -171,7 +179,10 @@ def _plan_group(
             message="; ".join(r.rstrip(".") for r in result.reasons) + "." + _alternatives(result),
             deployment_name=name,
         )
-    args = dict(result.engine_args)
+    # Remediation overrides (status.overrides) apply on top of the plan; the status keeps the
+    # plan itself, so the policy always measures its steps against what was planned.
+    args = effective_args(result.engine_args, overrides, group.product)
+    replicas = int(args.pop(REPLICAS_FIELD, None) or spec.replicas)
     try:
         argv = engine_argv(
             spec.vllm.version,
@@ -196,7 +207,7 @@ def _plan_group(
         gpu_type=group.product,
         gpu_resource=group.resource,
         gpus_per_replica=tp * pp,
-        replicas=spec.replicas,
+        replicas=replicas,
         image=image,
         command=command,
         model_args=model_args,

@@ -15,6 +15,10 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_SERVICE = f"{ANNOTATION_PREFIX}/service"
 LABEL_POOL = f"{ANNOTATION_PREFIX}/pool"
+# Only the Service selects on this label: setting it to "false" drains a pod (no new requests)
+# while its ReplicaSet still owns it, before remediation evicts it.
+LABEL_SERVING = f"{ANNOTATION_PREFIX}/serving"
+ANNOTATION_DRAINING_SINCE = f"{ANNOTATION_PREFIX}/draining-since"
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 ANNOTATION_PLAN_HASH = f"{ANNOTATION_PREFIX}/plan-hash"
 ANNOTATION_GPU_TYPE = f"{ANNOTATION_PREFIX}/gpu-type"

@@ -18,6 +18,7 @@ from vllm_operator.rendering.names import (
     ANNOTATION_PLAN_HASH,
     LABEL_GPU_PRODUCT,
     LABEL_POOL,
+    LABEL_SERVING,
     common_labels,
     deployment_name,
     gpu_short_name,
@@ -183,6 +184,7 @@ def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
     pod_labels = {
         **common_labels(service.name),
         **pool_selector_labels(service.name, pool.gpu_type),
+        LABEL_SERVING: "true",
     }
     volumes, mounts = _volumes(service, pool)
     node_selector = {**service.spec.placement.node_selector, LABEL_GPU_PRODUCT: pool.gpu_type}
@@ -257,7 +259,7 @@ def render_service(service: VLLMService) -> Obj:
         "metadata": _metadata(service, service_name(service.name)),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(service.name),
+            "selector": {**selector_labels(service.name), LABEL_SERVING: "true"},
             "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
         },
     }

@@ -1,0 +1,112 @@
+-- Argo CD health check for serving.vllm-operator.dev/VLLMService.
+-- Install under resource.customizations.health.serving.vllm-operator.dev_VLLMService in argocd-cm
+-- (docs/gitops.md). Argo CD runs this with the live object in `obj` and expects {status, message}.
+--
+-- Mapping (first match wins):
+--   no status / observedGeneration behind metadata.generation  -> Progressing (not yet reconciled)
+--   spec.replicas == 0                                           -> Suspended  (scaled to zero on purpose)
+--   Feasible=False (Infeasible: the intent cannot fit any GPU)   -> Degraded   (a spec change is needed)
+--   Degraded=True  (PoolsUnavailable, ...)                        -> Degraded
+--   Progressing=False reason NoMatchingNodes                     -> Degraded   (no node of an allowed GPU type;
+--                                                                   re-planned automatically when one appears)
+--   MemoryPressure=True, remediation mode auto                   -> Progressing (the operator is acting)
+--   MemoryPressure=True, remediation mode recommend/off          -> Degraded   (nobody acts unless a human does)
+--   Ready=True                                                   -> Healthy
+--   otherwise (RollingOut, PodsNotReady, AwaitingNodes)          -> Progressing
+-- The remediation mode alone never makes a service Suspended: recommend/off only decide who acts
+-- on memory pressure, the service still serves traffic.
+
+local hs = {}
+
+local function condition(conditions, ctype)
+  if conditions == nil then
+    return nil
+  end
+  for _, c in ipairs(conditions) do
+    if c.type == ctype then
+      return c
+    end
+  end
+  return nil
+end
+
+local function describe(c, fallback)
+  if c == nil then
+    return fallback
+  end
+  local text = c.reason or fallback
+  if c.message ~= nil and c.message ~= "" then
+    text = text .. ": " .. c.message
+  end
+  return text
+end
+
+local spec = obj.spec or {}
+local status = obj.status
+local generation = (obj.metadata or {}).generation
+
+if status == nil or status.observedGeneration == nil then
+  hs.status = "Progressing"
+  hs.message = "Waiting for vllm-operator to reconcile this VLLMService"
+  return hs
+end
+if generation ~= nil and status.observedGeneration < generation then
+  hs.status = "Progressing"
+  hs.message = "Waiting for vllm-operator to observe generation " .. tostring(generation)
+    .. " (observed " .. tostring(status.observedGeneration) .. ")"
+  return hs
+end
+
+if spec.replicas == 0 then
+  hs.status = "Suspended"
+  hs.message = "Scaled to zero (spec.replicas is 0)"
+  return hs
+end
+
+local conditions = status.conditions
+local feasible = condition(conditions, "Feasible")
+local degraded = condition(conditions, "Degraded")
+local progressing = condition(conditions, "Progressing")
+local pressure = condition(conditions, "MemoryPressure")
+local ready = condition(conditions, "Ready")
+
+if feasible ~= nil and feasible.status == "False" then
+  hs.status = "Degraded"
+  hs.message = describe(feasible, "Infeasible")
+  return hs
+end
+if degraded ~= nil and degraded.status == "True" then
+  hs.status = "Degraded"
+  hs.message = describe(degraded, "Degraded")
+  return hs
+end
+if progressing ~= nil and progressing.status == "False" and progressing.reason == "NoMatchingNodes" then
+  hs.status = "Degraded"
+  hs.message = describe(progressing, "NoMatchingNodes")
+  return hs
+end
+if pressure ~= nil and pressure.status == "True" then
+  local mode = (spec.remediation or {}).mode or "auto"
+  if mode == "auto" then
+    hs.status = "Progressing"
+    hs.message = "Remediating memory pressure: " .. describe(pressure, "MemoryPressure")
+  else
+    hs.status = "Degraded"
+    hs.message = "Memory pressure (remediation mode " .. mode .. ", no automatic action): "
+      .. describe(pressure, "MemoryPressure")
+  end
+  return hs
+end
+if ready ~= nil and ready.status == "True" then
+  hs.status = "Healthy"
+  hs.message = describe(ready, "Ready")
+  return hs
+end
+
+hs.status = "Progressing"
+if progressing ~= nil and progressing.status == "True" then
+  hs.message = describe(progressing, "Progressing")
+else
+  hs.message = describe(ready, "Waiting for the pools to become ready")
+end
+return hs

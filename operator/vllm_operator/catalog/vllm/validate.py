@@ -1,0 +1,472 @@
+"""Check and render `vllm serve` arguments against one pinned vLLM release.
+
+Why: vLLM exits at start on an unknown flag, a bad choice or an impossible boolean form
+(``--x=False``, ``--no-x`` for a plain switch), and all three differ between releases.  The
+rendering layer turns the plan's engine args (vLLM field names) into argv here, and user-supplied
+extra args (spec.vllm.extraArgs, ``vllm-operator check-args``) go through the same checks with
+messages that say what to do instead.
+
+Pure: every input is an argument; data comes from the generated catalog.
+"""
+
+import difflib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from vllm_operator.catalog.vllm.errors import ArgsError, Problem
+from vllm_operator.catalog.vllm.loader import (
+    dest_index,
+    load_version,
+    option_index,
+    option_presence,
+    supported_versions,
+    version_position,
+)
+from vllm_operator.catalog.vllm.models import FlagSpec
+
+PLANNER_OWNED_FLAGS: frozenset[str] = frozenset({
+    "--tensor-parallel-size",
+    "--pipeline-parallel-size",
+    "--data-parallel-size",
+    "--gpu-memory-utilization",
+    "--kv-cache-memory-bytes",
+    "--max-model-len",
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--block-size",
+    "--kv-cache-dtype",
+    "--dtype",
+    "--quantization",
+    "--enable-prefix-caching",
+    "--enable-chunked-prefill",
+    "--cpu-offload-gb",
+    "--swap-space",
+    "--num-gpu-blocks-override",
+    "--enforce-eager",
+})
+"""Flags whose values the planner computes (by primary long name; aliases such as ``-tp`` and
+negatives such as ``--no-enable-prefix-caching`` map to these). Extra args may set them only
+with an explicit override."""
+
+OPERATOR_OWNED_FLAGS: Mapping[str, str] = {
+    "--model": "the operator passes the model itself",
+    "--port": "the operator sets the port its probes and Service use",
+    "--disable-log-stats": "it removes every vllm: Prometheus metric the operator watches",
+}
+"""Flags extra args may never set, whatever the override says, and why."""
+
+_BOOL_KINDS = frozenset({"bool_optional", "store_true", "store_false", "store_boolean"})
+_HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgGtT]?$")
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+# ------------------------------------------------------------------------------- messages ---
+
+
+def _ranges(versions: Sequence[str]) -> str:
+    """``0.6.0-0.17.1, 0.33.0``: runs of consecutive catalog versions."""
+    order = supported_versions()
+    runs: list[list[str]] = []
+    for v in versions:
+        if runs and order.index(v) == order.index(runs[-1][-1]) + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def _suggest(option: str, version: str) -> str | None:
+    here = [o for o in option_index(version) if o.startswith("--")]
+    for pool in (here, [o for o in option_presence() if o.startswith("--")]):
+        match = difflib.get_close_matches(option, pool, n=1, cutoff=0.6)
+        if match:
+            return match[0]
+    return None
+
+
+def unknown_option_message(option: str, version: str) -> str:
+    """Why ``option`` is not accepted by ``version``, naming the versions that do accept it."""
+    pos = version_position(version)
+    order = supported_versions()
+    present = option_presence().get(option, ())
+    if not present:
+        hint = _suggest(option, version)
+        tail = f"; did you mean {hint}?" if hint else ""
+        return f"{option} does not exist in any vLLM release{tail}"
+    positions = [order.index(v) for v in present]
+    if max(positions) < pos:
+        removed = order[max(positions) + 1]
+        return f"{option} was removed in {removed}; the pinned version is {version}"
+    if min(positions) > pos:
+        return f"{option} was added in {present[0]}; the pinned version is {version}"
+    return (f"{option} is not accepted by the pinned version {version}; it exists in vLLM "
+            f"{_ranges(present)}")
+
+
+# --------------------------------------------------------------------------------- values ---
+
+
+def _check_value(flag: str, spec: FlagSpec, value: str, version: str) -> str | None:
+    """None if vLLM would accept ``value`` for ``flag``; else the reason."""
+    if spec.nullable and value in ("", "None"):
+        return None
+    if spec.choices is not None:
+        allowed = [str(c) for c in spec.choices]
+        if value not in allowed:
+            return (f"{flag} {value!r} is not accepted by vLLM {version}; choose one of: "
+                    f"{', '.join(allowed)}")
+        return None
+    if spec.values is not None and value not in spec.values:
+        return (f"{flag} {value!r} is not a value vLLM {version} knows ({spec.values_source}); "
+                f"choose one of: {', '.join(spec.values)}")
+    kind = spec.type
+    try:
+        if kind == "int":
+            int(value)
+        elif kind == "float":
+            float(value)
+    except ValueError:
+        return f"{flag} expects {'an integer' if kind == 'int' else 'a number'}, got {value!r}"
+    if kind == "human_readable_int" and not _HUMAN_INT.match(value):
+        return f"{flag} expects an integer such as 8192, 32k or 8G, got {value!r}"
+    if kind == "human_readable_int_or_auto" and not (
+        _HUMAN_INT.match(value) or value in ("auto", "-1")
+    ):
+        return f"{flag} expects an integer such as 8192 or 32k, or auto, got {value!r}"
+    if kind == "json" and value[:1] in "{[":
+        try:
+            json.loads(value)
+        except ValueError as exc:
+            return f"{flag} expects valid JSON, got {value!r} ({exc})"
+    return None
+
+
+def _render_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return str(value)
+
+
+def _negative(spec: FlagSpec) -> str | None:
+    """The ``--no-x`` form when there is one (preferred: it works in every release with it)."""
+    for neg in spec.negatives:
+        if neg.startswith("--no-"):
+            return neg
+    return spec.negatives[0] if spec.negatives else None
+
+
+def _bool_tokens(flag: str, spec: FlagSpec, on: bool, version: str) -> list[str] | Problem:
+    """argv for setting a boolean flag on or off in ``version``."""
+    if spec.kind == "bool_optional":
+        neg = _negative(spec)
+        if on:
+            return [flag]
+        if neg is None:
+            return Problem(flag=flag, value="false", message=f"{flag} has no negative form")
+        return [neg]
+    if spec.kind == "store_boolean":
+        return [flag] if on else [f"{flag}=false"]
+    if spec.kind == "store_true":
+        if on:
+            return [flag]
+        if spec.default in (None, False):
+            return []  # off is the default; a plain switch cannot be turned off explicitly
+        return Problem(flag=flag, value="false", message=(
+            f"{flag} is a plain switch in vLLM {version} (no --no- form); it cannot be turned "
+            "off"))
+    if spec.kind == "store_false":
+        return [] if on else [flag]
+    return Problem(flag=flag, value=str(on), message=f"{flag} is not a boolean flag")
+
+
+# ------------------------------------------------------------------------- engine args API ---
+
+
+def render_engine_args(version: str, args: Mapping[str, object]) -> list[str]:
+    """Engine args by vLLM field name (``max_num_batched_tokens``) -> argv for ``version``.
+
+    Long flag names only; booleans become ``--x`` / ``--no-x``; lists of a multi-value flag
+    become several tokens; dicts become compact JSON; ``None`` means "leave vLLM's default" and
+    is skipped.  Raises ArgsError listing every field the release does not accept.
+    """
+    load_version(version)
+    dests = dest_index(version)
+    catalog = load_version(version)
+    argv: list[str] = []
+    problems: list[Problem] = []
+    for field, value in args.items():
+        if value is None:
+            continue
+        flag = dests.get(field)
+        if flag is None:
+            option = "--" + field.replace("_", "-")
+            problems.append(Problem(flag=option, value=_render_value(value), message=(
+                f"engine argument {field}: " + unknown_option_message(option, version))))
+            continue
+        spec = catalog.flags[flag]
+        if spec.kind in _BOOL_KINDS:
+            if not isinstance(value, bool):
+                problems.append(Problem(flag=flag, value=_render_value(value),
+                                        message=f"{flag} is a boolean flag; pass True or False"))
+                continue
+            tokens = _bool_tokens(flag, spec, value, version)
+            if isinstance(tokens, Problem):
+                problems.append(tokens)
+            else:
+                argv.extend(tokens)
+            continue
+        if isinstance(value, bool):
+            problems.append(Problem(flag=flag, value=_render_value(value),
+                                    message=f"{flag} takes a value, not a boolean"))
+            continue
+        many = spec.nargs in ("+", "*") or spec.kind == "append"
+        values = list(value) if isinstance(value, (list, tuple)) and many else [value]
+        rendered = [_render_value(v) for v in values]
+        bad = [Problem(flag=flag, value=r, message=m)
+               for r in rendered if (m := _check_value(flag, spec, r, version))]
+        if bad:
+            problems.extend(bad)
+            continue
+        if spec.kind == "append":
+            for r in rendered:
+                argv.extend([flag, r])
+        else:
+            argv.extend([flag, *rendered])
+    if problems:
+        raise ArgsError(version, problems)
+    return argv
+
+
+# -------------------------------------------------------------------------------- argv API ---
+
+
+def _is_flag(token: str) -> bool:
+    return token.startswith("-") and not _is_number(token)
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _resolve(option: str, version: str) -> tuple[str, str] | None:
+    index = option_index(version)
+    if option in index:
+        return index[option]
+    if option.startswith("--") and "_" in option:  # vLLM maps --max_num_seqs to --max-num-seqs
+        dashed = "--" + option[2:].replace("_", "-")
+        if dashed in index:
+            return index[dashed]
+    return None
+
+
+def _collision(primary: str, token: str, allow_planner_override: bool) -> Problem | None:
+    if primary in OPERATOR_OWNED_FLAGS:
+        return Problem(flag=token, message=(
+            f"{token} cannot be set in extra args: {OPERATOR_OWNED_FLAGS[primary]}"))
+    if primary in PLANNER_OWNED_FLAGS and not allow_planner_override:
+        return Problem(flag=token, message=(
+            f"{token} is computed by the planner; set allowPlannerOverride to override it "
+            "(the memory plan may then be wrong)"))
+    return None
+
+
+def check_argv(
+    version: str,
+    argv: Sequence[str],
+    *,
+    allow_planner_override: bool = False,
+    check_collisions: bool = False,
+) -> list[Problem]:
+    """Every reason ``version``'s ``vllm serve`` would reject ``argv`` (empty list: accepted).
+
+    Also rejects what vLLM would accept but the operator must not: abbreviated flag names
+    (ambiguous in later releases), positional arguments (the operator passes the model) and,
+    with ``check_collisions``, flags the planner or the operator owns.
+    """
+    version_position(version)  # unknown version -> UnknownVersionError
+    catalog = load_version(version)
+    problems: list[Problem] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if not _is_flag(token):
+            problems.append(Problem(flag=token, message=(
+                f"unexpected positional argument {token!r}; the operator passes the model, and "
+                "every other setting is a --flag")))
+            continue
+        option, eq, attached = token.partition("=")
+        has_value = bool(eq)
+        if not option.startswith("--") and len(option) > 2 and not has_value:
+            # short option with the value attached: -O3, -tp2 is not valid argparse for -tp
+            short = option[:2]
+            if _resolve(short, version) is not None:
+                option, attached, has_value = short, option[2:], True
+        resolved = _resolve(option, version)
+        dotted = False
+        if resolved is None and option.startswith("--") and "." in option:
+            base = option.split(".", 1)[0]
+            base_resolved = _resolve(base, version)
+            if base_resolved and catalog.flags[base_resolved[0]].type == "json":
+                resolved, dotted = base_resolved, True
+        if resolved is None:
+            value: str | None = attached if has_value else None
+            if not has_value and i < len(argv) and not _is_flag(argv[i]):
+                value = argv[i]  # the unknown flag's probable value: skip it
+                i += 1
+            problems.append(Problem(flag=option, value=value,
+                                    message=_unknown_or_abbrev(option, version)))
+            continue
+        primary = resolved[0]
+        spec = catalog.flags[primary]
+        if check_collisions:
+            collision = _collision(primary, option, allow_planner_override)
+            if collision:
+                problems.append(collision)
+        if spec.kind in ("bool_optional", "store_true", "store_false", "store_const", "count"):
+            if has_value:
+                problems.append(Problem(flag=option, value=attached, message=_no_value_message(
+                    option, primary, spec, version)))
+            continue
+        if spec.kind == "store_boolean":
+            if has_value and attached.lower() not in ("true", "false"):
+                problems.append(Problem(flag=option, value=attached, message=(
+                    f"{option} accepts only =true or =false in vLLM {version}")))
+            continue
+        # value-taking flag
+        values: list[str] = []
+        if has_value:
+            values = [attached]
+        elif spec.nargs in ("+", "*"):
+            while i < len(argv) and not _is_flag(argv[i]):
+                values.append(argv[i])
+                i += 1
+        elif spec.nargs == "?":
+            if i < len(argv) and not _is_flag(argv[i]):
+                values.append(argv[i])
+                i += 1
+        elif i < len(argv) and (not _is_flag(argv[i])):
+            values.append(argv[i])
+            i += 1
+        if not values and spec.nargs not in ("?", "*"):
+            problems.append(Problem(flag=option, message=f"{option} expects a value"))
+            continue
+        if dotted:
+            continue
+        for item in values:
+            reason = _check_value(option, spec, item, version)
+            if reason:
+                problems.append(Problem(flag=option, value=item, message=reason))
+    return problems
+
+
+def _unknown_or_abbrev(option: str, version: str) -> str:
+    if option.startswith("--") and option not in option_presence():
+        candidates = [o for o in option_index(version) if o.startswith(option)]
+        if candidates:
+            full = sorted(candidates)[0] if len(candidates) == 1 else None
+            if full:
+                return (f"{option} is an abbreviation of {full}; write the full flag name "
+                        "(abbreviations can become ambiguous in later releases)")
+            return (f"{option} is an ambiguous abbreviation ({', '.join(sorted(candidates))}); "
+                    "write the full flag name")
+    if option.startswith("--no-"):
+        base = "--" + option[len("--no-"):]
+        resolved = _resolve(base, version)
+        if resolved is not None:
+            spec = load_version(version).flags[resolved[0]]
+            if spec.kind != "bool_optional":
+                return (f"{option} is not accepted by vLLM {version}: {base} is a plain switch "
+                        "there (no --no- form); leave it out to keep it off")
+    return unknown_option_message(option, version)
+
+
+def _no_value_message(option: str, primary: str, spec: FlagSpec, version: str) -> str:
+    if spec.kind == "bool_optional":
+        neg = _negative(spec) or f"--no-{primary[2:]}"
+        return (f"{option} takes no value in vLLM {version}; write {primary} or {neg} "
+                f"(not {option}=...)")
+    return f"{option} takes no value in vLLM {version}; write {option} or leave it out"
+
+
+def validate_argv(
+    version: str, argv: Sequence[str], *, allow_planner_override: bool = False
+) -> list[str]:
+    """``argv`` unchanged if ``version`` accepts it; otherwise ArgsError with every problem."""
+    problems = check_argv(version, argv, allow_planner_override=allow_planner_override)
+    if problems:
+        raise ArgsError(version, problems)
+    return list(argv)
+
+
+def render_extra_args(
+    version: str, extra_args: Mapping[str, str], *, allow_planner_override: bool = False
+) -> list[str]:
+    """spec.vllm.extraArgs (``{"--flag": "value"}``) -> checked argv for ``version``.
+
+    ``"true"``/``"false"`` on a boolean flag become ``--flag`` / ``--no-flag``; ``""`` means a
+    flag without a value.  Raises ArgsError listing every problem.
+    """
+    version_position(version)
+    catalog = load_version(version)
+    argv: list[str] = []
+    problems: list[Problem] = []
+    for option, value in extra_args.items():
+        resolved = _resolve(option, version)
+        if resolved is None:
+            problems.append(Problem(flag=option, value=value,
+                                    message=_unknown_or_abbrev(option, version)))
+            continue
+        primary, role = resolved
+        spec = catalog.flags[primary]
+        collision = _collision(primary, option, allow_planner_override)
+        if collision:
+            problems.append(collision)
+            continue
+        if spec.kind in _BOOL_KINDS:
+            lowered = value.strip().lower()
+            if lowered not in _TRUE | _FALSE | {""}:
+                problems.append(Problem(flag=option, value=value, message=(
+                    f"{option} is a boolean flag; use \"true\" or \"false\"")))
+                continue
+            on = lowered in _TRUE or lowered == ""
+            if role == "negative":
+                on = not on
+            tokens = _bool_tokens(primary, spec, on, version)
+            if isinstance(tokens, Problem):
+                problems.append(tokens)
+            else:
+                argv.extend(tokens)
+            continue
+        if value == "" and spec.nargs not in ("?", "*"):
+            problems.append(Problem(flag=option, value=value, message=f"{option} expects a value"))
+            continue
+        reason = _check_value(option, spec, value, version) if value != "" else None
+        if reason:
+            problems.append(Problem(flag=option, value=value, message=reason))
+            continue
+        argv.extend([primary, value] if value != "" else [primary])
+    if problems:
+        raise ArgsError(version, problems)
+    return argv
+
+
+def flags_matching(version: str, words: Iterable[str] = ()) -> dict[str, FlagSpec]:
+    """The flags of ``version`` whose names contain every word (case-insensitive)."""
+    lowered = [w.lower() for w in words]
+    out = {}
+    for flag, spec in load_version(version).flags.items():
+        names = " ".join((flag, *spec.aliases, *spec.negatives, spec.dest)).lower()
+        if all(w in names for w in lowered):
+            out[flag] = spec
+    return out

@@ -1,0 +1,239 @@
+"""The run-time half of the controller: observe a running service, let the policy decide, act.
+
+Called by a timer per VLLMService. It gathers pod status (OOMKilled, restarts, CrashLoopBackOff,
+the crashed container's last log lines) and Prometheus signals, asks the pure remediation policy
+for a decision, and applies it: overrides and history go to status (never to spec), Events explain
+each step, creeping pods are drained from the Service and then evicted through the Eviction API,
+and a changed override re-renders the pool through the normal reconcile.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from vllm_operator.api import RemediationMode, VLLMService, set_condition
+from vllm_operator.api.conditions import ConditionType
+from vllm_operator.api.status import VLLMServiceStatus
+from vllm_operator.kube.gateway import EventRecord, Kind, KubeGateway, Obj
+from vllm_operator.metrics import operator_metrics as m
+from vllm_operator.metrics.signals import ServiceMetrics
+from vllm_operator.remediation import Observations, PoolObservation, decide, observe_pod
+from vllm_operator.rendering.names import (
+    ANNOTATION_DRAINING_SINCE,
+    LABEL_SERVING,
+    pool_selector_labels,
+)
+
+log = logging.getLogger(__name__)
+
+CONTAINER = "vllm"
+LOG_TAIL_LINES = 100
+DRAIN_TIMEOUT = timedelta(seconds=60)
+
+
+class MetricsSource(Protocol):
+    """What the evaluator needs from Prometheus (metrics.signals.PrometheusSignals)."""
+
+    def observe(
+        self, *, namespace: str, pods: Any, vllm_version: str, window_s: int, now: datetime
+    ) -> ServiceMetrics: ...
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+class Evaluator:
+    """Observe-decide-act for one service at a time (the controller serialises per service)."""
+
+    def __init__(
+        self,
+        gateway: KubeGateway,
+        metrics: MetricsSource | None,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.gw = gateway
+        self.metrics = metrics
+        self.clock = clock
+        self._last: dict[tuple[str, str], datetime] = {}
+
+    def evaluate(self, body: Obj) -> bool:
+        """One evaluation; True when overrides changed and the pools must be re-rendered."""
+        try:
+            service = VLLMService.model_validate(body)
+        except ValidationError:
+            return False  # the reconcile reports invalid specs
+        spec = service.spec
+        if spec.remediation.mode == RemediationMode.OFF:
+            return False
+        key = (service.namespace, service.name)
+        now = self.clock()
+        last = self._last.get(key)
+        interval = timedelta(seconds=spec.remediation.evaluation_interval_seconds)
+        if last is not None and now - last < interval:
+            return False
+        self._last[key] = now
+        status = _status(body)
+        plans = {p.gpu_type: p.plan for p in status.pools if p.plan is not None and p.feasible}
+        if not plans:
+            return False
+
+        pods_by_pool: dict[str, list[Obj]] = {
+            pool: self.gw.list_pods(service.namespace, pool_selector_labels(service.name, pool))
+            for pool in plans
+        }
+        self._finish_drains(service, pods_by_pool, now)
+        names = [p["metadata"]["name"] for pods in pods_by_pool.values() for p in pods]
+        metrics = self._metrics(service, names, now)
+        observations = Observations(
+            metrics_available=metrics.available,
+            metrics_message=metrics.message,
+            pools=[
+                PoolObservation(
+                    pool=pool,
+                    replicas=next((p.replicas for p in status.pools if p.gpu_type == pool), 0),
+                    pods=[
+                        observe_pod(
+                            pod,
+                            previous_log=self._previous_log(service, status, pool, pod),
+                            metrics=metrics.pods.get(pod["metadata"]["name"]),
+                        )
+                        for pod in pods
+                    ],
+                )
+                for pool, pods in pods_by_pool.items()
+            ],
+        )
+        decision = decide(observations, spec, status.overrides, status.history, plans, now)
+        generation = (body.get("metadata") or {}).get("generation")
+        conditions = list(status.conditions)
+        for update in decision.conditions:
+            if update.type == ConditionType.DEGRADED:
+                continue  # the reconcile owns Degraded and folds MemoryPressure into it
+            conditions = set_condition(
+                conditions,
+                type_=update.type,
+                status=update.status,
+                reason=update.reason,
+                message=update.message,
+                now=now,
+                observed_generation=generation if isinstance(generation, int) else None,
+            )
+        new_status = status.model_copy(
+            update={
+                "overrides": list(decision.overrides),
+                "history": list(decision.history),
+                "conditions": conditions,
+            }
+        )
+        if new_status != status:
+            self.gw.apply_status(service.namespace, service.name, new_status.to_wire())
+            m.API_WRITES.labels("status").inc()
+        for event in decision.events:
+            self.gw.emit_event(
+                EventRecord(
+                    namespace=service.namespace,
+                    name=service.name,
+                    uid=str(service.metadata.get("uid", "")),
+                    type=event.type,
+                    reason=event.reason,
+                    message=event.message,
+                )
+            )
+            m.API_WRITES.labels("event").inc()
+        for action in decision.actions:
+            m.REMEDIATIONS.labels(action.kind.value, decision.mode.value).inc()
+        for pod in decision.evictions:
+            self._start_drain(service, pod, now)
+        return list(new_status.overrides) != list(status.overrides)
+
+    # ------------------------------------------------------------------------------- helpers
+
+    def _metrics(self, service: VLLMService, pods: list[str], now: datetime) -> ServiceMetrics:
+        if self.metrics is None:
+            return ServiceMetrics(
+                available=False, message="no Prometheus configured (--prometheus-url)"
+            )
+        return self.metrics.observe(
+            namespace=service.namespace,
+            pods=pods,
+            vllm_version=service.spec.vllm.version,
+            window_s=service.spec.remediation.window_seconds,
+            now=now,
+        )
+
+    def _previous_log(
+        self, service: VLLMService, status: VLLMServiceStatus, pool: str, pod: Obj
+    ) -> str | None:
+        """The crashed container's last lines, read only for a termination not yet acted on."""
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        mine = next((s for s in statuses if s.get("name") == CONTAINER), None)
+        terminated = ((mine or {}).get("lastState") or {}).get("terminated") or {}
+        finished = _parse_time(terminated.get("finishedAt"))
+        if finished is None:
+            return None
+        last_step = max((h.time for h in status.history if h.pool == pool), default=None)
+        if last_step is not None and finished <= last_step:
+            return None
+        return self.gw.read_pod_log(
+            service.namespace,
+            pod["metadata"]["name"],
+            CONTAINER,
+            previous=True,
+            tail_lines=LOG_TAIL_LINES,
+        )
+
+    def _start_drain(self, service: VLLMService, pod: str, now: datetime) -> None:
+        """Take the pod out of the Service; it is evicted once idle or after DRAIN_TIMEOUT."""
+        self.gw.patch_pod_metadata(
+            service.namespace,
+            pod,
+            labels={LABEL_SERVING: "false"},
+            annotations={ANNOTATION_DRAINING_SINCE: now.isoformat()},
+        )
+        log.info("Drained pod=%s/%s before eviction", service.namespace, pod)
+
+    def _finish_drains(
+        self, service: VLLMService, pods_by_pool: dict[str, list[Obj]], now: datetime
+    ) -> None:
+        for pods in pods_by_pool.values():
+            for pod in list(pods):
+                annotations = (pod.get("metadata") or {}).get("annotations") or {}
+                since = _parse_time(annotations.get(ANNOTATION_DRAINING_SINCE))
+                if since is None or now - since < DRAIN_TIMEOUT:
+                    continue
+                name = pod["metadata"]["name"]
+                if self.gw.evict_pod(service.namespace, name):
+                    pods.remove(pod)
+                    self.gw.emit_event(
+                        EventRecord(
+                            namespace=service.namespace,
+                            name=service.name,
+                            uid=str(service.metadata.get("uid", "")),
+                            type="Normal",
+                            reason="PodEvicted",
+                            message=f"Evicted drained pod {name} through the Eviction API",
+                        )
+                    )
+                else:
+                    log.info("Deferred eviction by PodDisruptionBudget pod=%s", name)
+
+
+def _status(body: Obj) -> VLLMServiceStatus:
+    try:
+        return VLLMServiceStatus.model_validate(body.get("status") or {})
+    except ValidationError:
+        return VLLMServiceStatus()
+
+
+__all__ = ["Evaluator", "MetricsSource", "Kind"]

@@ -1,0 +1,110 @@
+"""What the policy returns: actions with reasons, the new status overrides/history, conditions and
+Events, so the controller applies a decision without interpreting it."""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vllm_operator.api.spec import RemediationMode
+from vllm_operator.api.status import HistoryEntry, Override
+
+
+class Reason(StrEnum):
+    """CamelCase reasons of remediation steps, conditions and Events."""
+
+    STARTUP_OOM = "StartupOOM"
+    BURST_OOM = "BurstOOM"
+    CHRONIC_FRAGMENTATION = "ChronicFragmentation"
+    KV_PRESSURE = "KVPressure"
+    PREFIX_CACHE_WASTE = "PrefixCacheWaste"
+    RESTORED = "Restored"
+    TARGET_UNMET = "TargetUnmet"
+    TARGET_MET = "TargetMet"
+    WITHIN_LIMITS = "WithinLimits"
+    METRICS_OK = "MetricsOK"
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    METRICS_INCOMPLETE = "MetricsIncomplete"
+    REMEDIATION_OFF = "RemediationOff"
+    HEALTHY = "Healthy"
+    NO_ACTION = "NoAction"
+
+
+RESTORABLE = frozenset({Reason.BURST_OOM, Reason.KV_PRESSURE, Reason.PREFIX_CACHE_WASTE})
+"""Overrides stepped back after a quiet period. StartupOOM overrides are kept: they carry what
+vLLM itself measured, and undoing them would crash the pod again (they go when the plan changes)."""
+
+METRIC_DRIVEN = frozenset(
+    {Reason.KV_PRESSURE, Reason.PREFIX_CACHE_WASTE, Reason.CHRONIC_FRAGMENTATION}
+)
+
+EVICT_FIELD = "evict"
+REPLICAS_FIELD = "replicas"
+
+
+class ActionKind(StrEnum):
+    """What the controller does for one action."""
+
+    SET_OVERRIDE = "setOverride"
+    """Put `field = to_value` into status.overrides for the pool (re-render, rollout)."""
+    CLEAR_OVERRIDE = "clearOverride"
+    """Remove the pool's override of `field`: back to the plan."""
+    EVICT_POD = "evictPod"
+    """Drain `pod` (take it out of the Service), then evict it through the Eviction API."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Action(_Model):
+    """One step on one pool."""
+
+    kind: ActionKind
+    pool: str
+    field: str = Field(description="Engine field, `replicas`, or `evict`.")
+    from_value: Any = None
+    to_value: Any = None
+    pod: str | None = None
+    reason: Reason
+    message: str
+
+
+class ConditionUpdate(_Model):
+    """A condition the controller sets with api.conditions.set_condition (it adds time/generation)."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+
+
+class EventRecord(_Model):
+    """A Kubernetes Event to emit on the VLLMService."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+class Decision(_Model):
+    """The outcome of one evaluation.
+
+    In `auto` mode `overrides`/`history` already include the actions and `evictions` lists the pods
+    to drain and evict. In `recommend` mode `overrides` are unchanged, `evictions` is empty, and the
+    actions appear in `history` (message prefixed "Recommended:") and Events only. In `off` mode
+    nothing changes and no conditions are proposed.
+    """
+
+    mode: RemediationMode
+    now: datetime
+    actions: tuple[Action, ...] = ()
+    applied: bool = Field(description="True when the actions take effect (mode auto).")
+    overrides: tuple[Override, ...] = ()
+    history: tuple[HistoryEntry, ...] = ()
+    evictions: tuple[str, ...] = ()
+    conditions: tuple[ConditionUpdate, ...] = ()
+    events: tuple[EventRecord, ...] = ()
+    reason: Reason = Reason.NO_ACTION
+    message: str = ""

@@ -1,0 +1,122 @@
+"""The Argo CD health check (deploy/argocd/vllmservice-health.lua) executed by a real Lua 5.1
+interpreter (Argo CD embeds gopher-lua, a Lua 5.1 implementation) against status fixtures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lupa import lua51  # type: ignore[import-untyped]
+
+from tests.packaging.tools import REPO
+
+SCRIPT = REPO / "deploy" / "argocd" / "vllmservice-health.lua"
+FIXTURES = sorted((Path(__file__).parent / "fixtures" / "argocd").glob("*.yaml"))
+ARGO_STATUSES = {"Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown"}
+
+
+def to_lua(runtime: Any, value: Any) -> Any:
+    """JSON-shaped Python -> Lua tables, the way Argo CD hands the live object to the script."""
+    if isinstance(value, dict):
+        return runtime.table_from({k: to_lua(runtime, v) for k, v in value.items()})
+    if isinstance(value, list):
+        return runtime.table_from([to_lua(runtime, v) for v in value])
+    return value
+
+
+def health(obj: dict[str, Any]) -> dict[str, str]:
+    runtime = lua51.LuaRuntime(unpack_returned_tuples=True)
+    runtime.globals().obj = to_lua(runtime, obj)
+    result = runtime.execute(SCRIPT.read_text())
+    return {"status": result["status"], "message": result["message"]}
+
+
+def test_fixtures_cover_every_argo_status_we_emit() -> None:
+    emitted = {yaml.safe_load(f.read_text())["expected"]["status"] for f in FIXTURES}
+    assert emitted == {"Healthy", "Progressing", "Degraded", "Suspended"}
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.stem for f in FIXTURES])
+def test_health_of_fixture(fixture: Path) -> None:
+    case = yaml.safe_load(fixture.read_text())
+    got = health(case["object"])
+    assert got["status"] == case["expected"]["status"], got
+    assert case["expected"]["messageContains"] in got["message"], got
+
+
+def test_generation_behind_wins_over_a_ready_condition() -> None:
+    case = yaml.safe_load((FIXTURES[0].parent / "healthy.yaml").read_text())
+    obj = case["object"]
+    obj["metadata"]["generation"] = 3
+    assert health(obj)["status"] == "Progressing"
+
+
+def test_every_status_is_an_argo_status_and_message_is_a_string() -> None:
+    for fixture in FIXTURES:
+        got = health(yaml.safe_load(fixture.read_text())["object"])
+        assert got["status"] in ARGO_STATUSES
+        assert isinstance(got["message"], str) and got["message"]
+
+
+def test_unknown_condition_types_and_missing_fields_do_not_crash() -> None:
+    obj = {
+        "metadata": {},
+        "spec": {},
+        "status": {"observedGeneration": 1, "conditions": [{"type": "FutureCondition"}]},
+    }
+    assert health(obj)["status"] == "Progressing"
+
+
+ARGOCD_CM = REPO / "deploy" / "argocd" / "argocd-cm.yaml"
+HEALTH_KEY = "resource.customizations.health.serving.vllm-operator.dev_VLLMService"
+DIFF_KEY = "resource.customizations.ignoreDifferences.serving.vllm-operator.dev_VLLMService"
+
+
+def test_argocd_cm_embeds_the_lua_verbatim() -> None:
+    data = yaml.safe_load(ARGOCD_CM.read_text())["data"]
+    assert data[HEALTH_KEY] == SCRIPT.read_text()
+
+
+def test_ignore_differences_drop_only_operator_bookkeeping() -> None:
+    """Argo CD deletes each jqPathExpression (`del(expr)`) before diffing; check with real jq."""
+    jq = shutil.which("jq")
+    if jq is None:
+        pytest.skip("jq is not installed")
+    data = yaml.safe_load(ARGOCD_CM.read_text())["data"]
+    expressions = yaml.safe_load(data[DIFF_KEY])["jqPathExpressions"]
+    program = " | ".join(f"del({e})" for e in expressions)
+    live = {
+        "metadata": {
+            "name": "chat",
+            "annotations": {
+                "serving.vllm-operator.dev/last-handled-configuration": "{}",
+                "serving.vllm-operator.dev/reconcile": '{"started": "x"}',
+                "team": "search",
+            },
+            "finalizers": ["serving.vllm-operator.dev/kopf-finalizer", "example.com/keep"],
+        },
+        "spec": {"replicas": 1},
+    }
+    for obj, expected in [
+        (
+            live,
+            {
+                "metadata": {
+                    "name": "chat",
+                    "annotations": {"team": "search"},
+                    "finalizers": ["example.com/keep"],
+                },
+                "spec": {"replicas": 1},
+            },
+        ),
+        ({"metadata": {"name": "bare"}}, {"metadata": {"name": "bare"}}),
+    ]:
+        done = subprocess.run(
+            [jq, "-c", program], input=json.dumps(obj), capture_output=True, text=True, check=True
+        )
+        assert json.loads(done.stdout) == expected

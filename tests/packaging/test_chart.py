@@ -1,0 +1,347 @@
+"""The Helm chart, checked by its real consumer (Helm built from its Go module): lint, template,
+schema validation, least-privilege RBAC from the one rules file, hardened pods, generated CRDs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.packaging.tools import REPO, tool_path
+
+CHART = REPO / "charts" / "vllm-operator"
+RULES_FILE = CHART / "files" / "rbac-rules.yaml"
+CRD_NAME = "serving.vllm-operator.dev_vllmservices.yaml"
+KUBE_VERSION = "1.35.0"  # Helm built from source defaults to v1.20; the chart needs >= 1.27
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return tool_path("helm")
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, cwd=REPO)
+
+
+def template(helm: Path, *sets: str, crds: bool = False, namespace: str = "ops") -> list[Obj]:
+    args = ["template", "rel", str(CHART), "-n", namespace, "--kube-version", KUBE_VERSION]
+    if crds:
+        args.append("--include-crds")
+    for s in sets:
+        args += ["--set", s]
+    done = run_helm(helm, *args)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def one(objs: list[Obj], kind: str, name: str | None = None) -> Obj:
+    found = [
+        o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def rules_file() -> dict[str, list[Obj]]:
+    data: dict[str, list[Obj]] = yaml.safe_load(RULES_FILE.read_text())
+    return data
+
+
+ALL_TOGGLES = (
+    "probe.enabled=true",
+    "probe.podNames=true",
+    "probe.podMonitor.enabled=true",
+    "serviceMonitor.enabled=true",
+    "prometheusRule.enabled=true",
+    "grafanaDashboard.enabled=true",
+)
+
+
+@pytest.mark.parametrize("sets", [(), ALL_TOGGLES, ("watchNamespaces={team-a,team-b}",)])
+def test_helm_lint_strict(helm: Path, sets: tuple[str, ...]) -> None:
+    args = ["lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION]
+    for s in sets:
+        args += ["--set", s]
+    done = run_helm(helm, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 chart(s) failed" in done.stdout
+
+
+def test_default_install_renders_the_operator_only(helm: Path) -> None:
+    kinds = sorted(o["kind"] for o in template(helm))
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+
+
+def test_every_toggle_renders_its_objects(helm: Path) -> None:
+    kinds = {o["kind"] for o in template(helm, *ALL_TOGGLES)}
+    assert {"DaemonSet", "ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap"} <= kinds
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
+
+
+def test_operator_pod_is_hardened(helm: Path) -> None:
+    dep = one(template(helm), "Deployment")
+    spec = dep["spec"]
+    # Kopf runs standalone (no peering): exactly one replica, never two during a rollout.
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["args"] == [
+        "run",
+        "--all-namespaces",
+        "--metrics-port=8080",
+        "--health-address=0.0.0.0:8081",
+    ]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    # The read-only root filesystem needs writable emptyDirs for /tmp and the config.json cache.
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/tmp", "/var/cache/vllm-operator"} <= mounts
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HF_HOME"].startswith("/var/cache/vllm-operator/")
+
+
+def test_image_digest_wins_over_tag(helm: Path) -> None:
+    digest = "sha256:" + "ab" * 32
+    dep = one(template(helm, f"image.digest={digest}", "image.tag=9.9.9"), "Deployment")
+    image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"ghcr.io/vllm-operator/vllm-operator@{digest}"
+
+
+def _rules(obj: Obj) -> list[Obj]:
+    rules: list[Obj] = obj["rules"]
+    return rules
+
+
+def test_cluster_wide_rbac_is_exactly_the_rules_file(helm: Path) -> None:
+    objs = template(helm)
+    data = rules_file()
+    role = one(objs, "ClusterRole")
+    assert _rules(role) == data["clusterScoped"] + data["namespaceScoped"]
+    binding = one(objs, "ClusterRoleBinding")
+    sa = one(objs, "ServiceAccount")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "ops"}
+    ]
+    dep = one(objs, "Deployment")
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+
+
+def test_namespaced_rbac_uses_roles_per_namespace(helm: Path) -> None:
+    objs = template(helm, "watchNamespaces={team-a,team-b}")
+    data = rules_file()
+    assert _rules(one(objs, "ClusterRole")) == data["clusterScoped"] + data["namespaceWatch"]
+    roles = [o for o in objs if o["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        assert _rules(role) == data["namespaceScoped"]
+    bindings = [o for o in objs if o["kind"] == "RoleBinding"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    args = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args
+    assert "--all-namespaces" not in args
+
+
+def test_rules_file_is_least_privilege() -> None:
+    """No wildcards, no write on anything the operator only reads, Secrets readable one by one."""
+    data = rules_file()
+    assert set(data) == {
+        "clusterScoped",
+        "namespaceScoped",
+        "namespaceWatch",
+        "probe",
+        "probePodNames",
+    }
+    for section, rules in data.items():
+        for rule in rules:
+            assert set(rule) == {"apiGroups", "resources", "verbs"}, (section, rule)
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[key], (section, rule)
+            assert "escalate" not in rule["verbs"] and "bind" not in rule["verbs"]
+    grants = {
+        (g, r, v)
+        for rule in data["clusterScoped"] + data["namespaceScoped"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert ("", "secrets", "get") in grants
+    assert not {("", "secrets", v) for v in ("list", "watch", "create", "patch", "update")} & grants
+    assert not {("", "nodes", v) for v in ("patch", "update", "delete")} & grants
+    assert (
+        "serving.vllm-operator.dev",
+        "vllmservices",
+        "update",
+    ) not in grants  # never writes spec
+    assert ("", "pods", "delete") not in grants  # remediation evicts, which honours PDBs
+
+
+def test_probe_daemonset(helm: Path) -> None:
+    objs = template(helm, "probe.enabled=true")
+    ds = one(objs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    (container,) = pod["containers"]
+    assert container["args"][:5] == [
+        "probe",
+        "--node-name=$(NODE_NAME)",
+        "--interval=30",
+        "--min-publish-interval=60",
+        "--metrics-port=9400",
+    ]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    resources = json.dumps(container["resources"])
+    assert "nvidia.com/gpu" not in resources  # it must not take a GPU away from vLLM
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # Its own ServiceAccount and a separate ClusterRole: nodes get/patch only.
+    probe_sa = pod["serviceAccountName"]
+    operator_sa = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    assert probe_sa != operator_sa
+    probe_role = one(objs, "ClusterRole", "rel-vllm-operator-probe")
+    assert _rules(probe_role) == rules_file()["probe"]
+    vap = one(objs, "ValidatingAdmissionPolicy")
+    assert (
+        f"system:serviceaccount:ops:{probe_sa}" in vap["spec"]["matchConditions"][0]["expression"]
+    )
+
+
+def test_probe_pod_names_adds_only_node_local_pod_list(helm: Path) -> None:
+    objs = template(helm, "probe.enabled=true", "probe.podNames=true")
+    role = one(objs, "ClusterRole", "rel-vllm-operator-probe")
+    data = rules_file()
+    assert _rules(role) == data["probe"] + data["probePodNames"]
+    args = one(objs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--pod-names" in args
+
+
+def test_probe_runtime_class_can_be_unset(helm: Path) -> None:
+    pod = one(template(helm, "probe.enabled=true", "probe.runtimeClassName="), "DaemonSet")
+    assert "runtimeClassName" not in pod["spec"]["template"]["spec"]
+
+
+def test_no_admission_policy_before_kubernetes_1_30(helm: Path) -> None:
+    done = run_helm(
+        helm,
+        "template",
+        "rel",
+        str(CHART),
+        "--kube-version",
+        "1.29.0",
+        "--set",
+        "probe.enabled=true",
+    )
+    assert done.returncode == 0, done.stderr
+    kinds = {d["kind"] for d in yaml.safe_load_all(done.stdout) if d}
+    assert "DaemonSet" in kinds
+    assert "ValidatingAdmissionPolicy" not in kinds
+
+
+@pytest.mark.parametrize(
+    ("sets", "complaint"),
+    [
+        (("unknownKey=1",), "unknownKey"),
+        (("watchNamespaces={Not_A_Namespace}",), "watchNamespaces"),
+        (("metrics.port=70000",), "port"),
+        (("image.digest=latest",), "digest"),
+        (("podSecurityContext.runAsNonRoot=false",), "runAsNonRoot"),
+        (("probe.resources.limits.nvidia\\.com/gpu=1",), "resources"),
+        (
+            ("serviceMonitor.enabled=true", "metrics.service.enabled=false"),
+            "metrics.service.enabled",
+        ),
+    ],
+)
+def test_bad_values_are_rejected_with_the_field(
+    helm: Path, sets: tuple[str, ...], complaint: str
+) -> None:
+    args = ["template", "rel", str(CHART), "--kube-version", KUBE_VERSION]
+    for s in sets:
+        args += ["--set", s]
+    done = run_helm(helm, *args)
+    assert done.returncode != 0
+    assert complaint in done.stderr
+
+
+def test_chart_crds_equal_the_generated_crds(helm: Path) -> None:
+    generated = (REPO / "crds" / CRD_NAME).read_text()
+    assert (CHART / "crds" / CRD_NAME).read_text() == generated
+    objs = template(helm, crds=True)
+    crd = one(objs, "CustomResourceDefinition")
+    assert crd == yaml.safe_load(generated.split("---", 1)[1])
+
+
+def test_prometheus_rule_is_the_deploy_source(helm: Path) -> None:
+    source = REPO / "deploy" / "prometheus" / "vllm-operator.rules.yaml"
+    copy = CHART / "files" / "vllm-operator.rules.yaml"
+    assert copy.read_text() == source.read_text(), "run `make generate` to copy the rules"
+    rule = one(template(helm, "prometheusRule.enabled=true"), "PrometheusRule")
+    assert rule["spec"]["groups"] == yaml.safe_load(source.read_text())["groups"]
+
+
+def test_values_yaml_is_fully_commented() -> None:
+    """Every key of values.yaml has a comment on a line above it within its block."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    missing = []
+    for i, line in enumerate(lines):
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#") or stripped.startswith("- "):
+            continue
+        if ":" not in stripped:
+            continue
+        indent = len(line) - len(stripped)
+        # a comment above, at the same indent, before any sibling key, or the parent's comment
+        # for a nested key directly under its parent
+        j = i - 1
+        commented = False
+        while j >= 0:
+            prev = lines[j]
+            prev_stripped = prev.lstrip()
+            prev_indent = len(prev) - len(prev_stripped)
+            if prev_stripped.startswith("#"):
+                commented = True
+                break
+            if prev_stripped and prev_indent < indent:
+                commented = True  # a nested key: documented by its parent's comment block
+                break
+            if prev_stripped and prev_indent == indent and not prev_stripped.startswith("- "):
+                # a sibling key: the comment above it covers a small group of related keys
+                j -= 1
+                continue
+            j -= 1
+        if not commented:
+            missing.append(stripped.split(":")[0])
+    assert not missing, f"values.yaml keys without a comment: {missing}"
+
+
+def test_grafana_dashboard_is_the_deploy_source(helm: Path) -> None:
+    source = REPO / "deploy" / "grafana" / "vllm-operator-dashboard.json"
+    copy = CHART / "files" / "vllm-operator-dashboard.json"
+    assert copy.read_text() == source.read_text(), "run `make generate` to copy the dashboard"
+    cm = one(template(helm, "grafanaDashboard.enabled=true"), "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["vllm-operator.json"]) == json.loads(source.read_text())

@@ -1,0 +1,89 @@
+"""The chart's RBAC is exactly what the code calls: derived from the gateway's client calls.
+
+Every kubernetes-client call in the operator's gateway (operator/vllm_operator/kube/client.py) is
+mapped to the (apiGroup, resource, verb) the API server authorises, Kopf's own needs are added
+from its handler registrations, and the result must equal the rules file the chart renders
+(charts/vllm-operator/files/rbac-rules.yaml): nothing missing, nothing extra.
+"""
+
+import re
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CLIENT = REPO / "operator" / "vllm_operator" / "kube" / "client.py"
+RULES = REPO / "charts" / "vllm-operator" / "files" / "rbac-rules.yaml"
+
+Grant = tuple[str, str, str]
+
+# kubernetes-client method -> what the API server authorises.
+METHODS: dict[str, set[Grant]] = {
+    "list_node": {("", "nodes", "list")},
+    "read_namespaced_deployment": {("apps", "deployments", "get")},
+    "list_namespaced_deployment": {("apps", "deployments", "list")},
+    # Server-side apply is a PATCH; applying an object that does not exist yet creates it.
+    "patch_namespaced_deployment": {
+        ("apps", "deployments", "patch"),
+        ("apps", "deployments", "create"),
+    },
+    "delete_namespaced_deployment": {("apps", "deployments", "delete")},
+    "read_namespaced_service": {("", "services", "get")},
+    "patch_namespaced_service": {("", "services", "patch"), ("", "services", "create")},
+    "read_namespaced_pod_disruption_budget": {("policy", "poddisruptionbudgets", "get")},
+    "patch_namespaced_pod_disruption_budget": {
+        ("policy", "poddisruptionbudgets", "patch"),
+        ("policy", "poddisruptionbudgets", "create"),
+    },
+    "list_namespaced_pod": {("", "pods", "list")},
+    "patch_namespaced_pod": {("", "pods", "patch")},
+    "read_namespaced_pod_log": {("", "pods/log", "get")},
+    "create_namespaced_pod_eviction": {("", "pods/eviction", "create")},
+    "read_namespaced_secret": {("", "secrets", "get")},
+    "create_namespaced_event": {("", "events", "create")},
+    "get_namespaced_custom_object": {("serving.vllm-operator.dev", "vllmservices", "get")},
+    "patch_namespaced_custom_object_status": {
+        ("serving.vllm-operator.dev", "vllmservices/status", "patch"),
+    },
+}
+
+# What Kopf itself calls (handlers/registrations.py): it lists and watches every resource with a
+# handler, patches its bookkeeping annotations on the VLLMService (progress and diff-base storage
+# are annotations, never status), and lists/watches CRDs for resource discovery.
+KOPF: set[Grant] = {
+    ("serving.vllm-operator.dev", "vllmservices", "list"),
+    ("serving.vllm-operator.dev", "vllmservices", "watch"),
+    ("serving.vllm-operator.dev", "vllmservices", "patch"),
+    ("apps", "deployments", "watch"),
+    ("", "nodes", "watch"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+}
+
+
+def called_methods() -> set[str]:
+    text = CLIENT.read_text()
+    return set(re.findall(r"self\.(?:core|apps|policy|custom)\.([a-z_]+)", text))
+
+
+def granted() -> set[Grant]:
+    data = yaml.safe_load(RULES.read_text())
+    return {
+        (g, r, v)
+        for rule in data["clusterScoped"] + data["namespaceScoped"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def test_every_client_call_is_mapped() -> None:
+    unknown = called_methods() - set(METHODS)
+    assert not unknown, f"map these client calls to RBAC grants: {sorted(unknown)}"
+
+
+def test_rules_equal_what_the_code_calls() -> None:
+    needed = set().union(*(METHODS[m] for m in called_methods())) | KOPF
+    have = granted()
+    assert not needed - have, f"missing from the rules file: {sorted(needed - have)}"
+    assert not have - needed, f"granted but never called: {sorted(have - needed)}"
