@@ -41,6 +41,7 @@ class OperatorProcess:
         self.metrics_port = _free_port()
         self.health_port = _free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.start_args: list[str] = []
 
     def start(self, timeout: float = 60) -> OperatorProcess:
         exe = Path(sys.executable).parent / "vllm-operator"
@@ -56,6 +57,7 @@ class OperatorProcess:
         ]
         for ns in self.namespaces:
             args += ["--namespace", ns]
+        args += self.start_args
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
         log = self.log_file.open("ab")
         self.proc = subprocess.Popen(

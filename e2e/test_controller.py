@@ -123,6 +123,9 @@ def test_spec_change_rolls_new_args_and_noop_makes_zero_writes(
     kube.apply(obj)
     wait_condition(kube, namespace, "llama-8b-chat", "Ready", "True")
     wait_condition(kube, namespace, "llama-8b-chat", "Progressing", "False", "RolloutComplete")
+    # The first remediation evaluation records MetricsAvailable (no Prometheus here): a real
+    # change, written once. Wait for it so the no-op below starts from a settled status.
+    wait_condition(kube, namespace, "llama-8b-chat", "MetricsAvailable", "False")
     dep_path = f"/apis/apps/v1/namespaces/{namespace}/deployments/llama-8b-chat-l4"
     before = kube.get(dep_path)
 

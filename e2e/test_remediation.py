@@ -1,0 +1,183 @@
+"""Remediation end to end: real control plane, real Prometheus, simulated vLLM pods, real operator.
+
+The pool's (kwok) pod is shadowed by a simulated vLLM with the same name that serves the pinned
+version's /metrics exposition, scraped by a real Prometheus with the pod's namespace/name labels;
+the operator process reads Prometheus through --prometheus-url.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.conftest import EXAMPLES, Cluster
+from e2e.kube import Kube, load_manifests, wait_for
+from e2e.localcluster import set_container_status
+from e2e.operator_process import OperatorProcess
+from e2e.prometheus import PrometheusUnavailable
+from e2e.simvllm.rig import ScrapedPods, scraped_pods
+
+GROUP_PATH = "/apis/serving.vllm-operator.dev/v1alpha1"
+NAME = "llama-8b-chat"
+EVAL_S = 10
+WINDOW_S = 30
+# An action must come within two evaluation intervals after its window has filled (plus the
+# scrape and the time for the pod to be scraped at all).
+DEADLINE = WINDOW_S + 2 * EVAL_S + 25
+
+pytestmark = pytest.mark.usefixtures("crd", "gpu_nodes")
+
+
+def service(namespace: str, mode: str) -> dict[str, Any]:
+    (obj,) = load_manifests(EXAMPLES / "llama-3.1-8b-l4.yaml")
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["namespace"] = namespace
+    obj["spec"]["remediation"] = {
+        "mode": mode,
+        "evaluationIntervalSeconds": EVAL_S,
+        "windowSeconds": WINDOW_S,
+        "cooldownSeconds": 600,
+        # max_num_seqs already equals the spec's concurrency (a floor), so under KV pressure
+        # the policy's step is a scale-out within this bound.
+        "maxReplicas": 2,
+    }
+    return obj
+
+
+def path(namespace: str) -> str:
+    return f"{GROUP_PATH}/namespaces/{namespace}/vllmservices/{NAME}"
+
+
+def cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(
+        (dict(c) for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_),
+        {},
+    )
+
+
+def ready_pod(kube: Kube, namespace: str) -> str:
+    def check() -> str | None:
+        obj = kube.get(path(namespace))
+        if cond(obj, "Ready").get("status") != "True":
+            return None
+        pods = kube.list(f"/api/v1/namespaces/{namespace}/pods",
+                         label_selector="app.kubernetes.io/instance=" + NAME)
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        return str(running[0]["metadata"]["name"]) if len(running) == 1 else None
+
+    return wait_for(check, timeout=90, what="one Running pod")
+
+
+@pytest.fixture
+def started(
+    cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[OperatorProcess, ScrapedPods | None, str]]:
+    """A ready service; with a `scenario` marker, its pod shadowed by a simulated vLLM."""
+    marker = request.node.get_closest_marker("scenario")
+    mode = request.node.get_closest_marker("mode")
+    kube.apply(service(namespace, mode.args[0] if mode else "auto"))
+    op = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log", [namespace])
+    if marker is None:
+        op.start()
+        try:
+            pod = ready_pod(kube, namespace)
+            yield op, None, pod
+        finally:
+            op.stop()
+        return
+    # First a plain operator to get the pool running, then one that reads Prometheus.
+    with op:
+        pod = ready_pod(kube, namespace)
+    try:
+        rig_cm = scraped_pods({pod: marker.args[0]}, namespace=namespace, version="0.33.0")
+        rig = rig_cm.__enter__()
+    except PrometheusUnavailable as err:
+        pytest.skip(f"needs Prometheus (make promtool): {err}")
+    try:
+        rig.wait_scraped()
+        op2 = OperatorProcess(cluster.kubeconfig, tmp_path / "operator2.log", [namespace])
+        op2.start_args = ["--prometheus-url", rig.url, "--gpu-memory-metric", "dcgm"]
+        with op2:
+            yield op2, rig, pod
+    finally:
+        rig_cm.__exit__(None, None, None)
+
+
+def history(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    return list((kube.get(path(namespace)).get("status") or {}).get("history") or [])
+
+
+@pytest.mark.scenario("kv-saturation")
+@pytest.mark.mode("recommend")
+def test_kv_pressure_is_reported_once_then_clears_after_recovery(
+    kube: Kube, namespace: str, started: tuple[OperatorProcess, ScrapedPods, str]
+) -> None:
+    op, rig, pod = started
+    start = time.monotonic()
+    entry = wait_for(
+        lambda: next((h for h in history(kube, namespace) if h["reason"] == "KVPressure"), None),
+        timeout=DEADLINE, what="a KVPressure step",
+    )
+    assert time.monotonic() - start <= DEADLINE
+    assert entry["message"].startswith("Recommended:")
+    obj = kube.get(path(namespace))
+    assert cond(obj, "MemoryPressure")["status"] == "True"
+    assert cond(obj, "MetricsAvailable")["status"] == "True"
+    assert (obj["status"].get("overrides") or []) == []  # recommend never changes the pool
+    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
+    assert any(e["reason"] == "KVPressure" for e in events)
+    # Once: further evaluations inside the cooldown add no second step.
+    evaluations = op.reconciles()
+    wait_for(lambda: op.metrics() and op.reconciles() >= evaluations, timeout=5, what="metrics")
+    time.sleep(2 * EVAL_S)  # observe two more evaluation intervals (bounded observation window)
+    assert [h["reason"] for h in history(kube, namespace)].count("KVPressure") == 1
+    rig.switch(pod, "steady")
+    wait_for(
+        lambda: cond(kube.get(path(namespace)), "MemoryPressure").get("status") == "False",
+        timeout=WINDOW_S + 3 * EVAL_S + 20, what="MemoryPressure cleared after recovery",
+    )
+
+
+@pytest.mark.scenario("kv-saturation")
+@pytest.mark.mode("auto")
+def test_prometheus_down_means_metrics_unavailable_and_no_action(
+    kube: Kube, namespace: str, started: tuple[OperatorProcess, ScrapedPods, str]
+) -> None:
+    _, rig, _ = started
+    rig.prometheus.stop()
+    wait_for(
+        lambda: cond(kube.get(path(namespace)), "MetricsAvailable").get("status") == "False",
+        timeout=3 * EVAL_S + 10, what="MetricsAvailable=False",
+    )
+    time.sleep(WINDOW_S)  # a whole window of saturation that nobody can see
+    obj = kube.get(path(namespace))
+    assert (obj["status"].get("overrides") or []) == []
+    assert not [h for h in history(kube, namespace) if h["reason"] == "KVPressure"]
+
+
+def test_oom_killed_pod_lowers_batched_tokens_and_rolls_the_pool(
+    kube: Kube, namespace: str, started: tuple[OperatorProcess, None, str]
+) -> None:
+    _, _, pod = started
+    dep_path = f"/apis/apps/v1/namespaces/{namespace}/deployments/llama-8b-chat-l4"
+    before = kube.get(dep_path)["spec"]["template"]["spec"]["containers"][0]["args"]
+    planned = int(before[before.index("--max-num-batched-tokens") + 1])
+    set_container_status(kube, namespace, pod)  # OOMKilled, exit 137, CrashLoopBackOff
+
+    def lowered() -> int | None:
+        args = kube.get(dep_path)["spec"]["template"]["spec"]["containers"][0]["args"]
+        value = int(args[args.index("--max-num-batched-tokens") + 1])
+        return value if value < planned else None
+
+    wait_for(lowered, timeout=3 * EVAL_S + 30, what="a lower --max-num-batched-tokens")
+    obj = kube.get(path(namespace))
+    (override,) = obj["status"]["overrides"]
+    assert override["field"] == "max_num_batched_tokens" and override["reason"] == "BurstOOM"
+    assert cond(obj, "MemoryPressure")["reason"] == "BurstOOM"
+    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
+    assert any(e["reason"] == "BurstOOM" for e in events)
