@@ -94,11 +94,15 @@ e2e: $(STAMP) ## Run e2e/ (marker e2e) on a fresh local control plane; skips wit
 	$(BIN)/pytest e2e -m e2e -q -rs
 
 .PHONY: demo
-demo: $(STAMP) ## Start the local control plane with simulated GPU nodes, install the CRD, apply examples/ (left running)
+demo: $(STAMP) ## Start the local control plane with simulated GPU nodes and the operator, apply examples/, show the plans (left running)
 	hack/demo.sh up
 
+.PHONY: demo-scenario
+demo-scenario: $(STAMP) ## On the running demo: OOM-kill a vLLM pod (as a kubelet reports it) and show the operator's reaction
+	hack/demo.sh scenario
+
 .PHONY: demo-down
-demo-down: ## Stop every process of the `make demo` control plane
+demo-down: ## Stop the demo operator and every process of the `make demo` control plane
 	hack/demo.sh down
 
 .PHONY: bench-planner

@@ -11,15 +11,17 @@ Usage: python -m e2e.demo [--state-dir DIR]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
-import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.kube import ApiError, Kube, load_manifests
+from e2e.kube import ApiError, Kube, load_manifests, wait_for
 from e2e.localcluster import (
     REPO_ROOT,
     ClusterStartError,
@@ -27,6 +29,7 @@ from e2e.localcluster import (
     ToolsUnavailable,
     default_state_dir,
     find_binaries,
+    set_container_status,
 )
 
 CRD_FILE = REPO_ROOT / "crds" / "serving.vllm-operator.dev_vllmservices.yaml"
@@ -113,12 +116,22 @@ def run(cluster: LocalCluster) -> None:
             for cause in err.causes or ({"field": "", "message": err.message},):
                 print(f"    {cause.get('field', '')}: {cause.get('message', '')}")
 
+    section("The operator (vllm-operator run), left running in the background")
+    pid = start_operator(cluster)
+    print(f"  pid={pid} log={cluster.state_dir / OPERATOR_LOG}")
+    names = [
+        (o["metadata"].get("namespace", "default"), o["metadata"]["name"])
+        for p in sorted(EXAMPLES.glob("*.yaml"))
+        for o in load_manifests(p)
+    ]
+    wait_ready(kube, names)
+
     section("kubectl get vllms -A")
     print(get_table(kube, "/apis/serving.vllm-operator.dev/v1alpha1/vllmservices"))
 
-    section("Planned engine arguments per GPU pool (vllm-operator plan)")
-    for path in sorted(EXAMPLES.glob("*.yaml")):
-        print_plan(path)
+    section("Planned engine arguments per GPU pool (status.pools[].plan)")
+    for namespace, name in names:
+        print_status_plan(kube, namespace, name)
 
     kubectl = cluster.binaries.kubectl if cluster.binaries else None
     section("Explore")
@@ -126,44 +139,114 @@ def run(cluster: LocalCluster) -> None:
     if kubectl is not None:
         print(f"  {kubectl} get vllms -A")
         print(f"  {kubectl} get nodes -L nvidia.com/gpu.product")
-    print("  make demo-down   # stops every process of the local control plane")
-
-
-def print_plan(path: Path) -> None:
-    """Shows the planner's per-pool engine args; tolerant while the planner's output evolves."""
-    cli = Path(sys.executable).with_name("vllm-operator")
-    if not cli.exists():
-        print("  (vllm-operator CLI not installed: run make install)")
-        return
-    proc = subprocess.run(
-        [str(cli), "plan", "-o", "json", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    try:
-        docs = json.loads(proc.stdout)
-    except ValueError:
-        err = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        print(f"  {path.name}: plan failed (exit {proc.returncode}): {err}")
-        return
-    for doc in docs if isinstance(docs, list) else [docs]:
-        print(f"  {doc.get('name')} ({doc.get('model')}, vLLM {doc.get('vllmVersion')})")
-        for pool in doc.get("pools", []):
-            args = pool.get("engine_args") or {}
-            shown = " ".join(
-                f"--{k.replace('_', '-')}={v}" for k, v in args.items() if k in PLAN_ARGS
-            )
-            state = (
-                shown
-                if pool.get("feasible", True)
-                else "infeasible: " + "; ".join(pool.get("reasons", [])[:2])
-            )
-            print(f"    {pool.get('gpu_type')}: {state}")
+    print("  make demo-scenario   # plays an OOM kill and shows the operator's reaction")
+    print("  make demo-down       # stops the operator and every process of the control plane")
 
 
 PLAN_ARGS = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs")
+OPERATOR_LOG = "operator.log"
+OPERATOR_PID = "operator.pid"
+SERVICES = "/apis/serving.vllm-operator.dev/v1alpha1"
+
+
+def start_operator(cluster: LocalCluster) -> int:
+    """`vllm-operator run` detached from this process (its own session); demo-down stops it."""
+    stop_operator(cluster.state_dir)
+    cli = Path(sys.executable).with_name("vllm-operator")
+    log = (cluster.state_dir / OPERATOR_LOG).open("ab")
+    proc = subprocess.Popen(
+        [str(cli), "run", "--kubeconfig", str(cluster.kubeconfig), "--metrics-port", "0",
+         "--health-address", "127.0.0.1:0"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    log.close()
+    (cluster.state_dir / OPERATOR_PID).write_text(str(proc.pid))
+    return proc.pid
+
+
+def stop_operator(state_dir: Path) -> None:
+    """Stops a demo operator recorded in the state directory (missing is fine)."""
+    pid_file = state_dir / OPERATOR_PID
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    pid_file.unlink(missing_ok=True)
+
+
+def wait_ready(kube: Kube, names: list[tuple[str, str]], timeout: float = 180) -> None:
+    def all_ready() -> bool:
+        for namespace, name in names:
+            obj = kube.get(f"{SERVICES}/namespaces/{namespace}/vllmservices/{name}")
+            if Kube.condition(obj, "Ready") != "True":
+                return False
+        return True
+
+    wait_for(all_ready, timeout=timeout, interval=1.0, what="every example Ready")
+    print(f"  {len(names)} services Ready")
+
+
+def print_status_plan(kube: Kube, namespace: str, name: str) -> None:
+    obj = kube.get(f"{SERVICES}/namespaces/{namespace}/vllmservices/{name}")
+    spec = obj["spec"]
+    print(f"  {name} ({spec['model']['name']}, vLLM {spec['vllm']['version']})")
+    for pool in (obj.get("status") or {}).get("pools") or []:
+        plan = pool.get("plan") or {}
+        args = plan.get("engineArgs") or {}
+        memory = plan.get("memory") or {}
+        shown = " ".join(f"--{k.replace('_', '-')}={v}" for k, v in args.items() if k in PLAN_ARGS)
+        print(
+            f"    {pool['gpuType']} -> {pool.get('deployment')} "
+            f"ready {pool.get('readyReplicas', 0)}/{pool.get('replicas', 0)}: {shown}"
+        )
+        if memory:
+            print(
+                f"      weights {memory['weightsGiB']} GiB, KV {memory['kvCacheGiB']} GiB = "
+                f"{memory['kvCacheTokens']} tokens ({memory['concurrencyAtP99']} x P99)"
+            )
+
+
+def play_scenario(state_dir: Path) -> int:
+    """Kill one pod's vLLM with an OOM (as a kubelet reports it) and show the reaction."""
+    cluster = LocalCluster(state_dir)
+    if not cluster.status()["components"]:
+        print("No demo cluster: run `make demo` first", file=sys.stderr)
+        return 1
+    kube = cluster.kube
+    name, namespace = "llama-8b-chat", "default"
+    pods = kube.list(f"/api/v1/namespaces/{namespace}/pods",
+                     label_selector=f"app.kubernetes.io/instance={name}")
+    if not pods:
+        print(f"No pod of {name}: is the demo running?", file=sys.stderr)
+        return 1
+    pod = pods[0]["metadata"]["name"]
+    section(f"Scenario: {pod} was OOMKilled and is in CrashLoopBackOff")
+    set_container_status(kube, namespace, pod)
+    path = f"{SERVICES}/namespaces/{namespace}/vllmservices/{name}"
+
+    def acted() -> dict[str, Any] | None:
+        obj = kube.get(path)
+        return obj if (obj.get("status") or {}).get("overrides") else None
+
+    obj = wait_for(acted, timeout=120, interval=1.0, what="the operator's reaction")
+    section("status.overrides (rendered into the Deployment)")
+    for o in obj["status"]["overrides"]:
+        print(f"  {o['pool']}: {o['field']} = {o['value']} ({o['reason']})")
+    section("status.history")
+    for h in obj["status"]["history"]:
+        print(f"  {h['time']} {h['pool']} {h['field']}: {h.get('from')} -> {h.get('to')} "
+              f"({h['reason']}) {h.get('message', '')}")
+    section("Conditions")
+    for c in obj["status"]["conditions"]:
+        print(f"  {c['type']}={c['status']} {c['reason']}: {c.get('message', '')[:120]}")
+    section("Events")
+    for e in kube.list(f"/api/v1/namespaces/{namespace}/events"):
+        if e.get("involvedObject", {}).get("name") == name:
+            print(f"  {e['type']} {e['reason']}: {e['message'][:140]}")
+    return 0
 
 
 def _p99_above_max() -> dict[str, Any]:
@@ -179,8 +262,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--state-dir", type=Path, default=None)
+    parser.add_argument("--scenario", action="store_true",
+                        help="play an OOM kill on the running demo and show the reaction")
+    parser.add_argument("--stop-operator", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     state_dir: Path = args.state_dir or default_state_dir()
+    if args.stop_operator:
+        stop_operator(state_dir)
+        return 0
+    if args.scenario:
+        return play_scenario(state_dir)
     try:
         cluster = LocalCluster(state_dir, binaries=find_binaries(build=True))
         cluster.up()

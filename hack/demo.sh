@@ -6,7 +6,7 @@
 # behave the same from make and by hand. State (certs, etcd data, logs, kubeconfig) lives in
 #   ${VLLM_OPERATOR_STATE_DIR:-~/.cache/vllm-operator/run/demo}, outside the repository.
 #
-# Usage: hack/demo.sh up|down|status
+# Usage: hack/demo.sh up|down|status|scenario
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -17,9 +17,12 @@ case "${1:-up}" in
     hack/tools/build.sh etcd kubernetes kwok
     exec "$py" -m e2e.demo ;;
   down)
+    "$py" -m e2e.demo --stop-operator
     exec "$py" -m e2e.localcluster down ;;
+  scenario)
+    exec "$py" -m e2e.demo --scenario ;;
   status)
     exec "$py" -m e2e.localcluster status ;;
   *)
-    echo "usage: $0 up|down|status" >&2; exit 2 ;;
+    echo "usage: $0 up|down|status|scenario" >&2; exit 2 ;;
 esac

@@ -108,6 +108,7 @@ def test_operator_pod_is_hardened(helm: Path) -> None:
         "--all-namespaces",
         "--metrics-port=8080",
         "--health-address=0.0.0.0:8081",
+        "--gpu-memory-metric=dcgm",
     ]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}

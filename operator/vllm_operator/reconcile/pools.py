@@ -219,6 +219,12 @@ def _plan_group(
         update={"hash": deployment["metadata"]["annotations"][ANNOTATION_PLAN_HASH]}
     )
     mem = result.memory
+    changed = {k: v for k, v in args.items() if result.engine_args.get(k) != v}
+    applied_overrides = (
+        " with overrides " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items()))
+        if changed
+        else ""
+    )
     summary = (
         f"{group.product} TP={tp} max_num_seqs={args.get('max_num_seqs')} "
         f"KV {mem.kv_cache_tokens} tokens ({mem.concurrency_at_p99:.1f} x P99)"
@@ -232,5 +238,7 @@ def _plan_group(
         deployment=deployment,
         deployment_name=name,
         summary=summary,
-        applied_message=f"Applied plan {status_plan.hash} to Deployment {name}: {summary}",
+        applied_message=(
+            f"Applied plan {status_plan.hash} to Deployment {name}{applied_overrides}: {summary}"
+        ),
     )
