@@ -88,10 +88,11 @@ test-packaging: $(STAMP) ## Test the chart (helm lint/template), Dockerfile, Arg
 	else echo "No Go toolchain on PATH: helm and promtool tests will skip"; $(BIN)/pytest tests/packaging -q -rs; fi
 
 .PHONY: e2e
-e2e: $(STAMP) ## Run e2e/ (marker e2e) on a fresh local control plane; skips with one line when the tools cannot be built
-	@if command -v go >/dev/null 2>&1 || [ -n "$$VLLM_OPERATOR_BIN_DIR" ]; then hack/tools/build.sh etcd kubernetes kwok; \
-	else echo "No Go toolchain on PATH: the e2e tests will skip"; fi
-	$(BIN)/pytest e2e -m e2e -q -rs
+e2e: $(STAMP) ## Run e2e/ (marker e2e) on a fresh local control plane with a real Prometheus; skips with one line without Go
+	@if command -v go >/dev/null 2>&1 || [ -n "$$VLLM_OPERATOR_BIN_DIR" ]; then \
+	  hack/tools/build.sh etcd kubernetes kwok helm && hack/tools/build-prometheus.sh && \
+	  VLLM_OPERATOR_REQUIRE_PROMETHEUS=1 $(BIN)/pytest e2e -m e2e -q -rs; \
+	else echo "No Go toolchain on PATH: the e2e tests will skip"; $(BIN)/pytest e2e -m e2e -q -rs; fi
 
 .PHONY: demo
 demo: $(STAMP) ## Start the local control plane with simulated GPU nodes and the operator, apply examples/, show the plans (left running)

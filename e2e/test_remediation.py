@@ -8,6 +8,7 @@ the operator process reads Prometheus through --prometheus-url.
 from __future__ import annotations
 
 import copy
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from e2e.conftest import EXAMPLES, Cluster
 from e2e.kube import Kube, load_manifests, wait_for
 from e2e.localcluster import set_container_status
 from e2e.operator_process import OperatorProcess
-from e2e.prometheus import PrometheusUnavailable
+from e2e.prometheus import REQUIRE_ENV, PrometheusUnavailable
 from e2e.simvllm.rig import ScrapedPods, scraped_pods
 
 GROUP_PATH = "/apis/serving.vllm-operator.dev/v1alpha1"
@@ -97,6 +98,8 @@ def started(
         rig_cm = scraped_pods({pod: marker.args[0]}, namespace=namespace, version="0.33.0")
         rig = rig_cm.__enter__()
     except PrometheusUnavailable as err:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"Prometheus is required here: {err}")
         pytest.skip(f"needs Prometheus (make promtool): {err}")
     try:
         rig.wait_scraped()
