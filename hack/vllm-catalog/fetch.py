@@ -10,7 +10,7 @@ then the wheel's sha256 is checked against the digest PyPI publishes for that fi
 member's CRC is checked while extracting, and the wheel is deleted again (only the sources and
 ``*.dist-info/{METADATA,entry_points.txt}`` are kept, a few MB per version).
 
-Cache layout: ``$VLLM_OPERATOR_CACHE`` (default ``~/.cache/vllm-operator``)
+Cache layout: ``$VLLM_OPERATOR_CACHE_DIR`` (or ``$VLLM_OPERATOR_CACHE``; default ``~/.cache/vllm-operator``)
 ``/vllm-src/<version>/`` holding ``vllm/...``, ``vllm-<version>.dist-info/...`` and ``SOURCE.json``
 (file name, sha256, size; written last, so its presence marks a complete entry).
 
@@ -36,7 +36,7 @@ PYPI_JSON = "https://pypi.org/pypi/vllm/json"
 
 def cache_root() -> Path:
     """Root of every cached artefact (outside the repository, shared by generator and tests)."""
-    env = os.environ.get("VLLM_OPERATOR_CACHE")
+    env = os.environ.get("VLLM_OPERATOR_CACHE_DIR") or os.environ.get("VLLM_OPERATOR_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "vllm-operator"
 
 

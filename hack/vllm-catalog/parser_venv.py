@@ -4,7 +4,7 @@ Why a separate venv: it must contain vLLM's real pure-Python dependencies at pin
 (requirements-parser.txt) and nothing else, so that the stand-ins in vllm_introspect.py are used
 exactly for what is absent -- independent of the operator's own environment.
 
-Location: ``$VLLM_OPERATOR_CACHE/parser-venv`` (default ``~/.cache/vllm-operator``); rebuilt when
+Location: ``$VLLM_OPERATOR_CACHE_DIR/parser-venv`` (default ``~/.cache/vllm-operator``); rebuilt when
 requirements-parser.txt changes (a stamp holds its sha256).  Setup takes ~10 s with a warm pip.
 """
 
