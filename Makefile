@@ -119,6 +119,7 @@ catalog: $(STAMP) ## Regenerate operator/vllm_operator/catalog/vllm/data/ from t
 .PHONY: conformance-setup
 conformance-setup: $(STAMP) ## Fetch the default vLLM release's sources + parser venv for tests/conformance (cached in ~/.cache/vllm-operator)
 	$(PY) hack/vllm-catalog/real_parser.py --setup
+	$(PY) hack/vllm-catalog/real_parser.py --setup 0.11.0
 
 .PHONY: bench-controller
 bench-controller: $(STAMP) ## Benchmark the controller: 200 VLLMServices at once on the local control plane; writes docs/controller-benchmark.md
