@@ -389,11 +389,8 @@ class Controller:
         # Events for condition transitions: one per decision, never one per reconcile.
         for cond in new.conditions:
             before = find_condition(old.conditions, cond.type)
-            if before is not None and (before.status, before.reason, before.message) == (
-                cond.status,
-                cond.reason,
-                cond.message,
-            ):
+            # An Event per decision (a new status or reason), not per progress message.
+            if before is not None and (before.status, before.reason) == (cond.status, cond.reason):
                 continue
             if cond.type not in (ConditionType.FEASIBLE, ConditionType.PROGRESSING):
                 continue
