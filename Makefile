@@ -27,8 +27,9 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## Create .venv/ and install the package editable with dev extras (.venv/bin/vllm-operator)
 
 .PHONY: lint
-lint: $(STAMP) ## Run ruff and the import-linter layer contracts
+lint: $(STAMP) ## Run ruff (lint and format check) and the import-linter layer contracts
 	$(BIN)/ruff check operator $$(ls -d tests e2e hack bench 2>/dev/null)
+	$(BIN)/ruff format --check operator $$(ls -d tests e2e hack bench 2>/dev/null)
 	$(BIN)/lint-imports
 
 .PHONY: typecheck

@@ -155,9 +155,19 @@ def start_operator(cluster: LocalCluster) -> int:
     cli = Path(sys.executable).with_name("vllm-operator")
     log = (cluster.state_dir / OPERATOR_LOG).open("ab")
     proc = subprocess.Popen(
-        [str(cli), "run", "--kubeconfig", str(cluster.kubeconfig), "--metrics-port", "0",
-         "--health-address", "127.0.0.1:0"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(cli),
+            "run",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--metrics-port",
+            "0",
+            "--health-address",
+            "127.0.0.1:0",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     log.close()
@@ -217,8 +227,9 @@ def play_scenario(state_dir: Path) -> int:
         return 1
     kube = cluster.kube
     name, namespace = "llama-8b-chat", "default"
-    pods = kube.list(f"/api/v1/namespaces/{namespace}/pods",
-                     label_selector=f"app.kubernetes.io/instance={name}")
+    pods = kube.list(
+        f"/api/v1/namespaces/{namespace}/pods", label_selector=f"app.kubernetes.io/instance={name}"
+    )
     if not pods:
         print(f"No pod of {name}: is the demo running?", file=sys.stderr)
         return 1
@@ -237,8 +248,10 @@ def play_scenario(state_dir: Path) -> int:
         print(f"  {o['pool']}: {o['field']} = {o['value']} ({o['reason']})")
     section("status.history")
     for h in obj["status"]["history"]:
-        print(f"  {h['time']} {h['pool']} {h['field']}: {h.get('from')} -> {h.get('to')} "
-              f"({h['reason']}) {h.get('message', '')}")
+        print(
+            f"  {h['time']} {h['pool']} {h['field']}: {h.get('from')} -> {h.get('to')} "
+            f"({h['reason']}) {h.get('message', '')}"
+        )
     section("Conditions")
     for c in obj["status"]["conditions"]:
         print(f"  {c['type']}={c['status']} {c['reason']}: {c.get('message', '')[:120]}")
@@ -262,8 +275,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--state-dir", type=Path, default=None)
-    parser.add_argument("--scenario", action="store_true",
-                        help="play an OOM kill on the running demo and show the reaction")
+    parser.add_argument(
+        "--scenario",
+        action="store_true",
+        help="play an OOM kill on the running demo and show the reaction",
+    )
     parser.add_argument("--stop-operator", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     state_dir: Path = args.state_dir or default_state_dir()

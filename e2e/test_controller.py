@@ -297,13 +297,24 @@ def test_probe_budget_on_nodes_changes_the_plan(
         for node in l4_nodes:
             name = node["metadata"]["name"]
             budget = {
-                "node": name, "observedAt": datetime.now(UTC).isoformat(), "probeVersion": "e2e",
-                "gpus": [{"index": 0, "uuid": f"GPU-{name}", "name": "NVIDIA L4",
-                          "totalMib": 23034, "freeMib": 19734, "usedMib": 3300,
-                          "processes": [{"pid": 4242, "usedMib": 3000}]}],
+                "node": name,
+                "observedAt": datetime.now(UTC).isoformat(),
+                "probeVersion": "e2e",
+                "gpus": [
+                    {
+                        "index": 0,
+                        "uuid": f"GPU-{name}",
+                        "name": "NVIDIA L4",
+                        "totalMib": 23034,
+                        "freeMib": 19734,
+                        "usedMib": 3300,
+                        "processes": [{"pid": 4242, "usedMib": 3000}],
+                    }
+                ],
             }
-            kube.patch(f"/api/v1/nodes/{name}",
-                       {"metadata": {"annotations": {key: json.dumps(budget)}}})
+            kube.patch(
+                f"/api/v1/nodes/{name}", {"metadata": {"annotations": {key: json.dumps(budget)}}}
+            )
 
         def measured() -> dict[str, Any] | None:
             live = kube.get(svc_path(namespace, "llama-8b-chat"))
@@ -317,5 +328,7 @@ def test_probe_budget_on_nodes_changes_the_plan(
         assert any("measured free memory" in r for r in pool["plan"]["reasons"])
     finally:
         for node in l4_nodes:
-            kube.patch(f"/api/v1/nodes/{node['metadata']['name']}",
-                       {"metadata": {"annotations": {key: None}}})
+            kube.patch(
+                f"/api/v1/nodes/{node['metadata']['name']}",
+                {"metadata": {"annotations": {key: None}}},
+            )

@@ -68,8 +68,10 @@ def ready_pod(kube: Kube, namespace: str) -> str:
         obj = kube.get(path(namespace))
         if cond(obj, "Ready").get("status") != "True":
             return None
-        pods = kube.list(f"/api/v1/namespaces/{namespace}/pods",
-                         label_selector="app.kubernetes.io/instance=" + NAME)
+        pods = kube.list(
+            f"/api/v1/namespaces/{namespace}/pods",
+            label_selector="app.kubernetes.io/instance=" + NAME,
+        )
         running = [p for p in pods if p["status"].get("phase") == "Running"]
         return str(running[0]["metadata"]["name"]) if len(running) == 1 else None
 
@@ -128,8 +130,10 @@ SCENARIOS = [
 
 @pytest.mark.parametrize(
     ("started", "reason"),
-    [pytest.param(s, r, marks=[pytest.mark.scenario(s), pytest.mark.mode("recommend")], id=s)
-     for s, r in SCENARIOS],
+    [
+        pytest.param(s, r, marks=[pytest.mark.scenario(s), pytest.mark.mode("recommend")], id=s)
+        for s, r in SCENARIOS
+    ],
     indirect=["started"],
 )
 def test_scenario_is_reported_once_then_clears_after_recovery(
@@ -139,7 +143,8 @@ def test_scenario_is_reported_once_then_clears_after_recovery(
     start = time.monotonic()
     entry = wait_for(
         lambda: next((h for h in history(kube, namespace) if h["reason"] == reason), None),
-        timeout=DEADLINE, what=f"a {reason} step",
+        timeout=DEADLINE,
+        what=f"a {reason} step",
     )
     assert time.monotonic() - start <= DEADLINE
     assert entry["message"].startswith("Recommended:")
@@ -155,7 +160,8 @@ def test_scenario_is_reported_once_then_clears_after_recovery(
     rig.switch(pod, "steady")
     wait_for(
         lambda: cond(kube.get(path(namespace)), "MemoryPressure").get("status") == "False",
-        timeout=WINDOW_S + 3 * EVAL_S + 20, what="MemoryPressure cleared after recovery",
+        timeout=WINDOW_S + 3 * EVAL_S + 20,
+        what="MemoryPressure cleared after recovery",
     )
 
 
@@ -168,7 +174,8 @@ def test_prometheus_down_means_metrics_unavailable_and_no_action(
     rig.prometheus.stop()
     wait_for(
         lambda: cond(kube.get(path(namespace)), "MetricsAvailable").get("status") == "False",
-        timeout=3 * EVAL_S + 10, what="MetricsAvailable=False",
+        timeout=3 * EVAL_S + 10,
+        what="MetricsAvailable=False",
     )
     time.sleep(WINDOW_S)  # a whole window of saturation that nobody can see
     obj = kube.get(path(namespace))

@@ -13,7 +13,9 @@ GOLDENS = sorted(GOLDEN.glob("*.yaml"))
 
 
 @pytest.mark.parametrize("golden", GOLDENS, ids=[g.stem for g in GOLDENS])
-def test_golden_manifests_pass_server_side_dry_run(kube: Kube, namespace: str, golden: Path) -> None:
+def test_golden_manifests_pass_server_side_dry_run(
+    kube: Kube, namespace: str, golden: Path
+) -> None:
     for obj in load_manifests(golden):
         obj["metadata"]["namespace"] = namespace
         created = kube.create(obj, dry_run=True, strict=True)

@@ -67,7 +67,8 @@ def main() -> int:
         kube.apply(crd)
         kube.wait_condition(
             f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}",
-            "Established", timeout=30,
+            "Established",
+            timeout=30,
         )
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         with OperatorProcess(cluster.kubeconfig, state / "operator.log", [NAMESPACE]) as op:
@@ -105,8 +106,10 @@ def main() -> int:
             # The cluster itself keeps working (scheduling, kwok marking pods Ready, Deployment
             # status): steady state starts once no pod or Deployment changes for 5 s.
             def cluster_version() -> int:
-                paths = (f"/api/v1/namespaces/{NAMESPACE}/pods",
-                         f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments")
+                paths = (
+                    f"/api/v1/namespaces/{NAMESPACE}/pods",
+                    f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments",
+                )
                 return max(
                     (int(o["metadata"]["resourceVersion"]) for p in paths for o in kube.list(p)),
                     default=0,
@@ -137,8 +140,14 @@ def main() -> int:
             if os.environ.get("BENCH_DEBUG"):
                 for e in kube.list(f"/api/v1/namespaces/{NAMESPACE}/events"):
                     if e.get("source", {}).get("component") == "vllm-operator":
-                        print("EVENT", e["lastTimestamp"], e["involvedObject"]["name"],
-                              e["reason"], e["message"][:150], file=sys.stderr)
+                        print(
+                            "EVENT",
+                            e["lastTimestamp"],
+                            e["involvedObject"]["name"],
+                            e["reason"],
+                            e["message"][:150],
+                            file=sys.stderr,
+                        )
             assert op.proc is not None
             rss = rss_peak_mib(op.proc.pid)
             reconciles = op.reconciles()
@@ -170,7 +179,9 @@ def main() -> int:
         f"| time to create them (client side) | {applied:.1f} s | |",
         f"| time until every service has status and Deployments | {seconds:.1f} s | <= {TARGET_SECONDS:.0f} s |",
         f"| API writes until converged | {writes_converged:.0f} ({writes_converged / n:.2f} per service) | |",
-        "| writes by kind | " + ", ".join(f"{k}: {v:.0f}" for k, v in sorted(per_kind.items())) + " | |",
+        "| writes by kind | "
+        + ", ".join(f"{k}: {v:.0f}" for k, v in sorted(per_kind.items()))
+        + " | |",
         f"| reconciles until the end | {reconciles:.0f} ({reconciles / n:.1f} per service) | |",
         f"| time until every first evaluation is recorded and pods/Deployments stop changing | {settled_seconds:.1f} s | |",
         f"| writes in a {args.quiet_seconds:.0f} s quiet window after that (steady state) | {quiet_writes:.0f} | 0 |",

@@ -73,8 +73,19 @@ def fetch(version: str, *, quiet: bool = False) -> Path:
     with tempfile.TemporaryDirectory(prefix="vllm-wheel-") as tmp:
         t0 = time.monotonic()
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-cache-dir",
-             "--only-binary=:all:", "--dest", tmp, f"vllm=={version}"],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-cache-dir",
+                "--only-binary=:all:",
+                "--dest",
+                tmp,
+                f"vllm=={version}",
+            ],
             check=True,
         )
         wheels = list(Path(tmp).glob("vllm-*.whl"))
@@ -104,13 +115,26 @@ def fetch(version: str, *, quiet: bool = False) -> Path:
                 out.write_bytes(zf.read(info))  # zipfile checks each member's CRC-32 on read
                 n += 1
         size = wheel.stat().st_size
-        (staging / "SOURCE.json").write_text(json.dumps(
-            {"version": version, "wheel": wheel.name, "sha256": sha.hexdigest(), "size": size,
-             "members": n}, indent=1, sort_keys=True) + "\n")
+        (staging / "SOURCE.json").write_text(
+            json.dumps(
+                {
+                    "version": version,
+                    "wheel": wheel.name,
+                    "sha256": sha.hexdigest(),
+                    "size": size,
+                    "members": n,
+                },
+                indent=1,
+                sort_keys=True,
+            )
+            + "\n"
+        )
         shutil.rmtree(dest, ignore_errors=True)
         staging.rename(dest)
-        log(f"Fetched vllm=={version} wheel={wheel.name} size_mb={size / 1e6:.0f} "
-            f"download_s={t_download:.1f} total_s={time.monotonic() - t0:.1f} py_files={n}")
+        log(
+            f"Fetched vllm=={version} wheel={wheel.name} size_mb={size / 1e6:.0f} "
+            f"download_s={t_download:.1f} total_s={time.monotonic() - t0:.1f} py_files={n}"
+        )
     return dest
 
 

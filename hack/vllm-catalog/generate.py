@@ -46,12 +46,18 @@ import parser_venv  # noqa: E402
 
 SCHEMA_VERSION = 1
 METRIC_NAME = re.compile(r"^vllm:[a-zA-Z0-9_]+$")
-COLLECTOR_KINDS = (("histogram", "histogram"), ("counter", "counter"), ("gauge", "gauge"),
-                   ("summary", "summary"), ("info", "info"))
+COLLECTOR_KINDS = (
+    ("histogram", "histogram"),
+    ("counter", "counter"),
+    ("gauge", "gauge"),
+    ("summary", "summary"),
+    ("info", "info"),
+)
 # Value sets vLLM checks after argparse (at config validation), per flag dest.
 LITERAL_ALIASES = {
-    "quantization": [("vllm/model_executor/layers/quantization/__init__.py",
-                      "QuantizationMethods")],
+    "quantization": [
+        ("vllm/model_executor/layers/quantization/__init__.py", "QuantizationMethods")
+    ],
     "kv_cache_dtype": [("vllm/config/cache.py", "CacheDType"), ("vllm/config.py", "CacheDType")],
 }
 
@@ -74,10 +80,17 @@ def version_key(v: str) -> tuple[Any, ...]:
 # ------------------------------------------------------------------------------------ flags ---
 
 TYPE_NAMES = {
-    "int": "int", "float": "float", "str": "str", "human_readable_int": "human_readable_int",
-    "human_readable_int_or_auto": "human_readable_int_or_auto", "nullable_str": "str",
-    "loads": "json", "_compute_kwargs": "json", "union_dict_and_str": "json",
-    "parse_type:loads": "json", "parse_dataclass": "json",
+    "int": "int",
+    "float": "float",
+    "str": "str",
+    "human_readable_int": "human_readable_int",
+    "human_readable_int_or_auto": "human_readable_int_or_auto",
+    "nullable_str": "str",
+    "loads": "json",
+    "_compute_kwargs": "json",
+    "union_dict_and_str": "json",
+    "parse_type:loads": "json",
+    "parse_dataclass": "json",
 }
 
 
@@ -152,8 +165,9 @@ def literal_values(src: Path, rel: str, alias: str) -> list[str] | None:
             continue
         if isinstance(value, ast.Subscript) and getattr(value.value, "id", None) == "Literal":
             elts = value.slice.elts if isinstance(value.slice, ast.Tuple) else [value.slice]
-            return [e.value for e in elts if isinstance(e, ast.Constant)
-                    and isinstance(e.value, str)]
+            return [
+                e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            ]
     return None
 
 
@@ -165,10 +179,13 @@ def registered_kv_cache_dtypes(src: Path) -> list[str]:
         if "register_kv_cache_dtype" not in text:
             continue
         for node in ast.walk(ast.parse(text)):
-            if (isinstance(node, ast.Call) and getattr(node.func, "id", None)
-                    == "register_kv_cache_dtype" and node.args
-                    and isinstance(node.args[0], ast.Constant)
-                    and isinstance(node.args[0].value, str)):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "register_kv_cache_dtype"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
                 names.add(node.args[0].value)
     return sorted(names)
 
@@ -259,8 +276,12 @@ class _MetricVisitor(ast.NodeVisitor):
 
     def visit_Assign(self, node: ast.Assign) -> None:
         # ``name = "vllm:cache_config_info"`` then ``self._gauge_cls(name=name, ...)``
-        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str) \
-                and METRIC_NAME.match(node.value.value) and self._func_kinds:
+        if (
+            isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            and METRIC_NAME.match(node.value.value)
+            and self._func_kinds
+        ):
             self._record(node.value.value, self._func_kinds[-1], None)
         self.generic_visit(node)
 
@@ -281,16 +302,22 @@ def scan_metrics(src: Path) -> dict[str, dict[str, Any]]:
         rel = path.relative_to(src).as_posix()
         # The V0 engine's stats live in vllm/engine/, the V1 engine's in vllm/v1/; others
         # (KV connectors, sleep mode, ...) are shared by whichever engine runs.
-        engine = ("v1" if rel.startswith("vllm/v1/")
-                  else "v0" if rel.startswith("vllm/engine/") else "shared")
+        engine = (
+            "v1"
+            if rel.startswith("vllm/v1/")
+            else "v0"
+            if rel.startswith("vllm/engine/")
+            else "shared"
+        )
         visitor = _MetricVisitor(engine)
         visitor.visit(ast.parse(text))
         for name, info in visitor.found.items():
             if info["type"] == "unknown":
                 continue
             key = exposed_name(name, info["type"])
-            entry = metrics.setdefault(key, {"type": info["type"], "engines": [],
-                                             "hidden": {}, "deprecated": False})
+            entry = metrics.setdefault(
+                key, {"type": info["type"], "engines": [], "hidden": {}, "deprecated": False}
+            )
             if engine not in entry["engines"]:
                 entry["engines"].append(engine)
             entry["hidden"][engine] = entry["hidden"].get(engine, True) and info["hidden"]
@@ -322,8 +349,11 @@ def scan_labels(src: Path) -> dict[str, list[str]]:
                     lists.append(node.value)
                 for value in lists:
                     for elt in ast.walk(value):
-                        if isinstance(elt, ast.Constant) and isinstance(elt.value, str) \
-                                and re.fullmatch(r"[a-z_]+", elt.value):
+                        if (
+                            isinstance(elt, ast.Constant)
+                            and isinstance(elt.value, str)
+                            and re.fullmatch(r"[a-z_]+", elt.value)
+                        ):
                             names.add(elt.value)
         if names:
             out[engine] = sorted(names)
@@ -337,8 +367,11 @@ def engine_generation(src: Path) -> str:
     has_v1 = (src / "vllm/v1/engine/core.py").is_file()
     has_v0 = (src / "vllm/worker/worker.py").is_file()
     envs = (src / "vllm/envs.py").read_text(encoding="utf-8")
-    m = re.search(r'"VLLM_USE_V1"\s*:\s*lambda\s*:\s*bool\(int\(os\.getenv\("VLLM_USE_V1",\s*'
-                  r'"(\d)"\)\)\)', envs)
+    m = re.search(
+        r'"VLLM_USE_V1"\s*:\s*lambda\s*:\s*bool\(int\(os\.getenv\("VLLM_USE_V1",\s*'
+        r'"(\d)"\)\)\)',
+        envs,
+    )
     if not has_v1:
         return "v0-only"
     if not has_v0:
@@ -352,11 +385,16 @@ def container(src: Path, version: str) -> dict[str, Any]:
     eps = list(src.glob("vllm-*.dist-info/entry_points.txt"))
     has_cli = bool(eps) and re.search(r"^vllm\s*=", eps[0].read_text(), re.M) is not None
     if has_cli:
-        return {"image": f"vllm/vllm-openai:v{version}", "command": ["vllm", "serve"],
-                "model_arg": "positional"}
-    return {"image": f"vllm/vllm-openai:v{version}",
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "model_arg": "--model"}
+        return {
+            "image": f"vllm/vllm-openai:v{version}",
+            "command": ["vllm", "serve"],
+            "model_arg": "positional",
+        }
+    return {
+        "image": f"vllm/vllm-openai:v{version}",
+        "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+        "model_arg": "--model",
+    }
 
 
 # ------------------------------------------------------------------------------------ main ---
@@ -366,7 +404,10 @@ def introspect(src: Path) -> dict[str, Any]:
     py = parser_venv.ensure()
     proc = subprocess.run(
         [str(py), str(HERE / "vllm_introspect.py"), "--src", str(src), "dump"],
-        capture_output=True, text=True, check=False, env={**os.environ, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
     )
     if proc.returncode != 0:
         raise RuntimeError(f"introspection of {src} failed:\n{proc.stderr[-4000:]}")
@@ -381,8 +422,10 @@ def build_entry(version: str) -> dict[str, Any]:
     flags = flags_from_dump(dumped["actions"])
     missing = {"--max-model-len", "--gpu-memory-utilization", "--tensor-parallel-size"} - set(flags)
     if missing:  # the parser was not really built (a stand-in leaked into a critical module)
-        raise RuntimeError(f"vllm {version}: parser lacks {sorted(missing)}; "
-                           f"degraded modules: {dumped['degraded']}")
+        raise RuntimeError(
+            f"vllm {version}: parser lacks {sorted(missing)}; "
+            f"degraded modules: {dumped['degraded']}"
+        )
     add_value_sets(src, flags)
     return {
         "schema": SCHEMA_VERSION,
@@ -390,9 +433,12 @@ def build_entry(version: str) -> dict[str, Any]:
         "source": {"wheel": source["wheel"], "sha256": source["sha256"]},
         "engine": engine_generation(src),
         **container(src, version),
-        "parser": {"built_by": dumped["built_by"], "platform": dumped["platform"],
-                   "stand_ins": dumped["mocked"],
-                   "degraded_modules": sorted(dumped["degraded"])},
+        "parser": {
+            "built_by": dumped["built_by"],
+            "platform": dumped["platform"],
+            "stand_ins": dumped["mocked"],
+            "degraded_modules": sorted(dumped["degraded"]),
+        },
         "flags": dict(sorted(flags.items())),
         "metrics": dict(sorted(scan_metrics(src).items())),
         "metric_labels": scan_labels(src),
@@ -401,13 +447,20 @@ def build_entry(version: str) -> dict[str, Any]:
 
 def _compact(entry: dict[str, Any]) -> dict[str, Any]:
     """Drop empty/default-valued fields (the loader's models supply the defaults)."""
-    return {k: v for k, v in entry.items()
-            if not (v is None or (isinstance(v, (list, dict)) and not v)
-                    or (k in ("deprecated", "nullable") and v is False))}
+    return {
+        k: v
+        for k, v in entry.items()
+        if not (
+            v is None
+            or (isinstance(v, (list, dict)) and not v)
+            or (k in ("deprecated", "nullable") and v is False)
+        )
+    }
 
 
 def write_json(path: Path, data: Any) -> None:
     """Sorted keys, ASCII, one flag / metric per line: small files and readable diffs."""
+
     def dump(value: Any) -> str:
         return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
 
@@ -456,8 +509,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("versions", nargs="*", help="versions to (re)generate; default: versions.txt")
     ap.add_argument("--versions-file", type=Path, default=HERE / "versions.txt")
     ap.add_argument("--print-candidates", action="store_true")
-    ap.add_argument("--out", type=Path, default=DATA,
-                    help="output directory (default: the package data directory)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=DATA,
+        help="output directory (default: the package data directory)",
+    )
     args = ap.parse_args(argv)
     if args.print_candidates:
         print("\n".join(candidates()))
@@ -474,17 +531,24 @@ def main(argv: list[str]) -> int:
         t0 = time.monotonic()
         entry = build_entry(version)
         write_json(out / f"{version}.json", entry)
-        print(f"Generated vllm={version} flags={len(entry['flags'])} "
-              f"metrics={len(entry['metrics'])} engine={entry['engine']} "
-              f"seconds={time.monotonic() - t0:.1f}", file=sys.stderr, flush=True)
+        print(
+            f"Generated vllm={version} flags={len(entry['flags'])} "
+            f"metrics={len(entry['metrics'])} engine={entry['engine']} "
+            f"seconds={time.monotonic() - t0:.1f}",
+            file=sys.stderr,
+            flush=True,
+        )
     ordered = sorted(listed, key=version_key)
     for stale in out.glob("*.json"):
         if stale.stem not in ordered and stale.name != "index.json":
             stale.unlink()
-    write_json(out / "index.json", {"schema": SCHEMA_VERSION, "versions": ordered,
-                                     "default": ordered[-1]})
-    print(f"Generated catalog versions={len(todo)} seconds={time.monotonic() - t_all:.1f}",
-          file=sys.stderr)
+    write_json(
+        out / "index.json", {"schema": SCHEMA_VERSION, "versions": ordered, "default": ordered[-1]}
+    )
+    print(
+        f"Generated catalog versions={len(todo)} seconds={time.monotonic() - t_all:.1f}",
+        file=sys.stderr,
+    )
     return 0
 
 

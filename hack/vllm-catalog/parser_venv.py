@@ -37,8 +37,20 @@ def ensure() -> Path:
         return py
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    "--no-deps", "-r", str(REQUIREMENTS)], check=True)
+    subprocess.run(
+        [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-r",
+            str(REQUIREMENTS),
+        ],
+        check=True,
+    )
     stamp.write_text(want + "\n")
     return py
 

@@ -58,8 +58,12 @@ def parse_many_with_real_parser(version: str, argvs: list[list[str]]) -> list[Re
     py, src = setup(version)
     proc = subprocess.run(
         [str(py), str(HERE / "vllm_introspect.py"), "--src", str(src), "parse-many"],
-        input=json.dumps(argvs), capture_output=True, text=True, check=False,
-        env={**os.environ, "PYTHONHASHSEED": "0"}, timeout=600,
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        timeout=600,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"running vLLM {version}'s parser failed:\n{proc.stderr[-4000:]}")
@@ -68,11 +72,16 @@ def parse_many_with_real_parser(version: str, argvs: list[list[str]]) -> list[Re
         error = raw.get("stderr", "").strip()
         if raw.get("exception"):
             error = (error + "\n" + raw["exception"]).strip()
-        results.append(RealParseResult(
-            version=version, argv=tuple(argv), ok=bool(raw["ok"]),
-            exit_code=raw.get("exit_code"), error=error if not raw["ok"] else "",
-            namespace=raw.get("namespace", {}),
-        ))
+        results.append(
+            RealParseResult(
+                version=version,
+                argv=tuple(argv),
+                ok=bool(raw["ok"]),
+                exit_code=raw.get("exit_code"),
+                error=error if not raw["ok"] else "",
+                namespace=raw.get("namespace", {}),
+            )
+        )
     return results
 
 

@@ -52,8 +52,12 @@ class _MockMeta(type):
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         # A stand-in used as a decorator (``@torch.compile``, ``@triton.jit``) returns the
         # decorated object unchanged, so vLLM's own functions stay real.
-        if (len(args) == 1 and not kwargs and isinstance(args[0], (types.FunctionType, type))
-                and getattr(cls, "_mock_root", False)):
+        if (
+            len(args) == 1
+            and not kwargs
+            and isinstance(args[0], (types.FunctionType, type))
+            and getattr(cls, "_mock_root", False)
+        ):
             return args[0]
         return super().__call__(*args, **kwargs)
 
@@ -187,28 +191,76 @@ class _MockLoader(importlib.abc.Loader):
 
 # Import names of distributions whose name does not say it.
 _DIST_TO_MODULES = {
-    "pillow": ["PIL"], "pyyaml": ["yaml"], "py-cpuinfo": ["cpuinfo"], "pyzmq": ["zmq"],
-    "opencv-python-headless": ["cv2"], "opencv-python": ["cv2"], "protobuf": ["google"],
-    "nvidia-ml-py": ["pynvml"], "pybase64": ["pybase64"], "python-json-logger": ["pythonjsonlogger"],
-    "lm-format-enforcer": ["lmformatenforcer"], "mistral-common": ["mistral_common"],
-    "sentencepiece": ["sentencepiece"], "flashinfer-python": ["flashinfer"],
-    "ray": ["ray"], "oss-harmony": ["openai_harmony"], "openai-harmony": ["openai_harmony"],
-    "nvidia-cutlass-dsl": ["cutlass"], "apache-tvm-ffi": ["tvm_ffi"], "torch": ["torch", "triton"],
+    "pillow": ["PIL"],
+    "pyyaml": ["yaml"],
+    "py-cpuinfo": ["cpuinfo"],
+    "pyzmq": ["zmq"],
+    "opencv-python-headless": ["cv2"],
+    "opencv-python": ["cv2"],
+    "protobuf": ["google"],
+    "nvidia-ml-py": ["pynvml"],
+    "pybase64": ["pybase64"],
+    "python-json-logger": ["pythonjsonlogger"],
+    "lm-format-enforcer": ["lmformatenforcer"],
+    "mistral-common": ["mistral_common"],
+    "sentencepiece": ["sentencepiece"],
+    "flashinfer-python": ["flashinfer"],
+    "ray": ["ray"],
+    "oss-harmony": ["openai_harmony"],
+    "openai-harmony": ["openai_harmony"],
+    "nvidia-cutlass-dsl": ["cutlass"],
+    "apache-tvm-ffi": ["tvm_ffi"],
+    "torch": ["torch", "triton"],
     "prometheus-fastapi-instrumentator": ["prometheus_fastapi_instrumentator"],
-    "fastapi": ["fastapi", "starlette", "uvicorn"], "opentelemetry-sdk": ["opentelemetry"],
-    "opentelemetry-api": ["opentelemetry"], "humming-kernels": ["humming"],
-    "quack-kernels": ["quack"], "model-hosting-container-standards":
-    ["model_hosting_container_standards"],
+    "fastapi": ["fastapi", "starlette", "uvicorn"],
+    "opentelemetry-sdk": ["opentelemetry"],
+    "opentelemetry-api": ["opentelemetry"],
+    "humming-kernels": ["humming"],
+    "quack-kernels": ["quack"],
+    "model-hosting-container-standards": ["model_hosting_container_standards"],
 }
 
 
 # Dependencies OF the declared dependencies that vLLM imports directly (a real install has them).
 _TRANSITIVE = {
-    "huggingface_hub", "safetensors", "tokenizers", "numpy", "requests", "tqdm", "filelock",
-    "fsspec", "jinja2", "sympy", "networkx", "triton", "starlette", "uvicorn", "httpx", "anyio",
-    "aiohttp", "packaging", "psutil", "msgspec", "PIL", "yaml", "regex", "cachetools",
-    "cloudpickle", "zmq", "blake3", "cbor2", "pybase64", "setproctitle", "urllib3", "jsonschema",
-    "uvloop", "httptools", "websockets", "watchfiles", "python_multipart", "email_validator",
+    "huggingface_hub",
+    "safetensors",
+    "tokenizers",
+    "numpy",
+    "requests",
+    "tqdm",
+    "filelock",
+    "fsspec",
+    "jinja2",
+    "sympy",
+    "networkx",
+    "triton",
+    "starlette",
+    "uvicorn",
+    "httpx",
+    "anyio",
+    "aiohttp",
+    "packaging",
+    "psutil",
+    "msgspec",
+    "PIL",
+    "yaml",
+    "regex",
+    "cachetools",
+    "cloudpickle",
+    "zmq",
+    "blake3",
+    "cbor2",
+    "pybase64",
+    "setproctitle",
+    "urllib3",
+    "jsonschema",
+    "uvloop",
+    "httptools",
+    "websockets",
+    "watchfiles",
+    "python_multipart",
+    "email_validator",
 }
 
 
@@ -262,8 +314,12 @@ class _MockFinder(importlib.abc.MetaPathFinder):
 # that define the parser are CRITICAL and must never be in this list.
 DEGRADED: dict[str, str] = {}
 CRITICAL_PREFIXES = (
-    "vllm.engine.arg_utils", "vllm.config", "vllm.entrypoints.openai.cli_args",
-    "vllm.entrypoints.common.cli_args", "vllm.utils.argparse_utils", "vllm.entrypoints.cli.serve",
+    "vllm.engine.arg_utils",
+    "vllm.config",
+    "vllm.entrypoints.openai.cli_args",
+    "vllm.entrypoints.common.cli_args",
+    "vllm.utils.argparse_utils",
+    "vllm.entrypoints.cli.serve",
     "vllm.scripts",
 )
 
@@ -283,8 +339,11 @@ class _TolerantLoader(importlib.abc.Loader):
         try:
             self.inner.exec_module(module)
             # Pin the platform before anything asks for it (there is no device to detect).
-            if (module.__name__ == "vllm.platforms" and PINNED_PLATFORM
-                    and hasattr(module, "resolve_current_platform_cls_qualname")):
+            if (
+                module.__name__ == "vllm.platforms"
+                and PINNED_PLATFORM
+                and hasattr(module, "resolve_current_platform_cls_qualname")
+            ):
                 qual = PLATFORMS[PINNED_PLATFORM]
                 module.resolve_current_platform_cls_qualname = lambda: qual
         except Exception as exc:
@@ -365,8 +424,10 @@ def _serve_parser_module(src: str) -> list[str]:
         with open(path, encoding="utf-8") as fh:
             tree = ast.parse(fh.read())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and any(
-                a.name == "make_arg_parser" for a in node.names
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and any(a.name == "make_arg_parser" for a in node.names)
             ):
                 found.append(node.module)
     return found + ["vllm.entrypoints.openai.cli_args"]
@@ -494,25 +555,32 @@ def dump(parser: argparse.ArgumentParser) -> dict[str, Any]:
         negatives = getattr(act, "negative_option_strings", None)
         if negatives is None and isinstance(act, argparse.BooleanOptionalAction):
             negatives = [o for o in registered.get(id(act), []) if o.startswith("--no-")]
-        actions.append({
-            "option_strings": list(act.option_strings),
-            "registered": sorted(registered.get(id(act), [])),
-            "negatives": sorted(negatives or []),
-            "dest": act.dest,
-            "action": f"{type(act).__module__}.{type(act).__qualname__}",
-            "kind": _kind(act),
-            "nargs": act.nargs if act.nargs is None or isinstance(act.nargs, (int, str))
-            else repr(act.nargs),
-            "const": _jsonable(act.const),
-            "default": _jsonable(act.default),
-            "type": _type_name(act.type),
-            "choices": _jsonable(list(act.choices)) if act.choices is not None else None,
-            "required": act.required,
-            "help": act.help if isinstance(act.help, str) else None,
-            "deprecated": bool(getattr(act, "deprecated", False)) or act in deprecated_set,
-            "group": group,
-        })
-    return {"actions": actions, "mocked": sorted(MOCKED), "degraded": dict(sorted(DEGRADED.items()))}
+        actions.append(
+            {
+                "option_strings": list(act.option_strings),
+                "registered": sorted(registered.get(id(act), [])),
+                "negatives": sorted(negatives or []),
+                "dest": act.dest,
+                "action": f"{type(act).__module__}.{type(act).__qualname__}",
+                "kind": _kind(act),
+                "nargs": act.nargs
+                if act.nargs is None or isinstance(act.nargs, (int, str))
+                else repr(act.nargs),
+                "const": _jsonable(act.const),
+                "default": _jsonable(act.default),
+                "type": _type_name(act.type),
+                "choices": _jsonable(list(act.choices)) if act.choices is not None else None,
+                "required": act.required,
+                "help": act.help if isinstance(act.help, str) else None,
+                "deprecated": bool(getattr(act, "deprecated", False)) or act in deprecated_set,
+                "group": group,
+            }
+        )
+    return {
+        "actions": actions,
+        "mocked": sorted(MOCKED),
+        "degraded": dict(sorted(DEGRADED.items())),
+    }
 
 
 def _error_lines(text: str) -> str:
@@ -531,8 +599,12 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
     except SystemExit as exc:
         return {"ok": False, "exit_code": exc.code, "stderr": _error_lines(err.getvalue())}
     except Exception as exc:  # vLLM validators may raise instead of calling parser.error
-        return {"ok": False, "exit_code": None, "stderr": err.getvalue(),
-                "exception": f"{type(exc).__name__}: {exc}"}
+        return {
+            "ok": False,
+            "exit_code": None,
+            "stderr": err.getvalue(),
+            "exception": f"{type(exc).__name__}: {exc}",
+        }
     return {"ok": True, "namespace": _jsonable(vars(ns)), "stderr": err.getvalue()}
 
 

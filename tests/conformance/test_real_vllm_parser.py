@@ -19,20 +19,49 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 PLANS: list[dict[str, Any]] = [
     # single GPU, long context, prefix caching on, bf16 KV
-    {"tensor_parallel_size": 1, "gpu_memory_utilization": 0.9, "max_model_len": 32768,
-     "max_num_seqs": 64, "max_num_batched_tokens": 8192, "enable_prefix_caching": True,
-     "block_size": 16, "dtype": "bfloat16"},
+    {
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": 0.9,
+        "max_model_len": 32768,
+        "max_num_seqs": 64,
+        "max_num_batched_tokens": 8192,
+        "enable_prefix_caching": True,
+        "block_size": 16,
+        "dtype": "bfloat16",
+    },
     # TP=4, fp8 KV cache, prefix caching off, eager
-    {"tensor_parallel_size": 4, "gpu_memory_utilization": 0.88, "max_model_len": 131072,
-     "max_num_seqs": 256, "max_num_batched_tokens": 16384, "enable_prefix_caching": False,
-     "kv_cache_dtype": "fp8", "enforce_eager": True, "enable_chunked_prefill": True},
+    {
+        "tensor_parallel_size": 4,
+        "gpu_memory_utilization": 0.88,
+        "max_model_len": 131072,
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 16384,
+        "enable_prefix_caching": False,
+        "kv_cache_dtype": "fp8",
+        "enforce_eager": True,
+        "enable_chunked_prefill": True,
+    },
     # explicit KV budget instead of a utilisation share, quantized weights
-    {"tensor_parallel_size": 2, "kv_cache_memory_bytes": 8 * 1024**3, "max_model_len": 8192,
-     "max_num_seqs": 32, "quantization": "fp8", "dtype": "float16",
-     "enable_chunked_prefill": False, "pipeline_parallel_size": 1},
+    {
+        "tensor_parallel_size": 2,
+        "kv_cache_memory_bytes": 8 * 1024**3,
+        "max_model_len": 8192,
+        "max_num_seqs": 32,
+        "quantization": "fp8",
+        "dtype": "float16",
+        "enable_chunked_prefill": False,
+        "pipeline_parallel_size": 1,
+    },
     # T4-style: half precision, small batches, CPU offload
-    {"dtype": "half", "max_model_len": 4096, "max_num_seqs": 8, "max_num_batched_tokens": 4096,
-     "gpu_memory_utilization": 0.85, "cpu_offload_gb": 4, "enforce_eager": False},
+    {
+        "dtype": "half",
+        "max_model_len": 4096,
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 4096,
+        "gpu_memory_utilization": 0.85,
+        "cpu_offload_gb": 4,
+        "enforce_eager": False,
+    },
 ]
 
 REJECTED: list[list[str]] = [
@@ -71,18 +100,18 @@ def rejected_argvs() -> list[list[str]]:
 
 
 @pytest.fixture(scope="module", params=CONFORMANCE_VERSIONS)
-def parsed(request: pytest.FixtureRequest,
-           real_parser: Callable[[str, list[list[str]]], list[Any]]) -> tuple[str, dict[
-               tuple[str, ...], Any]]:
+def parsed(
+    request: pytest.FixtureRequest, real_parser: Callable[[str, list[list[str]]], list[Any]]
+) -> tuple[str, dict[tuple[str, ...], Any]]:
     """(version, {argv: RealParseResult}) for every argv of this module, one parser build."""
     version: str = request.param
-    argvs = (plan_argvs(version) + boolean_argvs(version) + choice_argvs(version)
-             + rejected_argvs())
+    argvs = plan_argvs(version) + boolean_argvs(version) + choice_argvs(version) + rejected_argvs()
     return version, {tuple(r.argv): r for r in real_parser(version, argvs)}
 
 
-def failures(results: dict[tuple[str, ...], Any],
-             argvs: list[list[str]]) -> list[tuple[tuple[str, ...], str]]:
+def failures(
+    results: dict[tuple[str, ...], Any], argvs: list[list[str]]
+) -> list[tuple[tuple[str, ...], str]]:
     return [(tuple(a), results[tuple(a)].error) for a in argvs if not results[tuple(a)].ok]
 
 

@@ -78,13 +78,25 @@ def test_annotation_round_trips_compact_camel_case() -> None:
         ("{not json", "malformed: not JSON"),
         ("[]", "malformed: (root)"),
         (
-            json.dumps({"node": "n", "observedAt": "2026-11-22T03:00:00Z", "probeVersion": "x",
-                        "gpus": [{"index": 0}]}),
+            json.dumps(
+                {
+                    "node": "n",
+                    "observedAt": "2026-11-22T03:00:00Z",
+                    "probeVersion": "x",
+                    "gpus": [{"index": 0}],
+                }
+            ),
             "malformed: gpus.0.uuid: Field required",
         ),
         (
-            json.dumps({"node": "n", "observedAt": "2026-11-22T03:00:00Z", "probeVersion": "x",
-                        "surprise": 1}),
+            json.dumps(
+                {
+                    "node": "n",
+                    "observedAt": "2026-11-22T03:00:00Z",
+                    "probeVersion": "x",
+                    "surprise": 1,
+                }
+            ),
             "malformed: surprise: Extra inputs are not permitted",
         ),
         (
@@ -112,8 +124,9 @@ def test_budget_from_the_future_is_rejected() -> None:
     result = parse_budget(text, NOW)
     assert isinstance(result, str) and "in the future" in result
     # small skew is tolerated
-    assert isinstance(parse_budget(budget(gpu(), at=-timedelta(seconds=30)).to_annotation(), NOW),
-                      BudgetReading)
+    assert isinstance(
+        parse_budget(budget(gpu(), at=-timedelta(seconds=30)).to_annotation(), NOW), BudgetReading
+    )
 
 
 def test_budget_with_nvml_error_is_rejected() -> None:
@@ -149,7 +162,9 @@ def test_other_tenants_count_own_processes_are_added_back() -> None:
     replanned = planning_budget(budget(shared), margin_mib=512, own_pod_uids={VLLM_POD_UID})
     assert isinstance(replanned, PlanningBudget)
     assert (replanned.usable_mib, replanned.other_tenants_mib, replanned.own_mib) == (
-        4480 + 12000 - 512, 6100, 12000,
+        4480 + 12000 - 512,
+        6100,
+        12000,
     )
     by_pid = planning_budget(budget(shared), margin_mib=512, own_pids={5151})
     assert isinstance(by_pid, PlanningBudget) and by_pid.usable_mib == replanned.usable_mib
@@ -165,12 +180,26 @@ def test_no_usable_gpu_is_a_reason() -> None:
 
 def mig_gpu() -> GpuDevice:
     def mig(index: int, profile: str, total: int, free: int) -> MigDevice:
-        return MigDevice(index=index, uuid=f"MIG-{index}", name=f"NVIDIA A100-SXM4-40GB MIG {profile}",
-                         total_mib=total, free_mib=free, used_mib=total - free)
+        return MigDevice(
+            index=index,
+            uuid=f"MIG-{index}",
+            name=f"NVIDIA A100-SXM4-40GB MIG {profile}",
+            total_mib=total,
+            free_mib=free,
+            used_mib=total - free,
+        )
 
-    return gpu(0, total=40960, free=26133, mig_enabled=True, mig_devices=[
-        mig(0, "3g.20gb", 19968, 5602), mig(3, "1g.5gb", 4864, 4851), mig(4, "1g.5gb", 4864, 4000),
-    ])
+    return gpu(
+        0,
+        total=40960,
+        free=26133,
+        mig_enabled=True,
+        mig_devices=[
+            mig(0, "3g.20gb", 19968, 5602),
+            mig(3, "1g.5gb", 4864, 4851),
+            mig(4, "1g.5gb", 4864, 4000),
+        ],
+    )
 
 
 def test_mig_gpus_are_planned_per_slice() -> None:
@@ -208,8 +237,10 @@ def test_usable_is_bounded_and_monotonic_in_margin(
 def test_significant_change_ignores_jitter_and_observed_at() -> None:
     old = budget(gpu(0, free=80000))
     assert significant_change(None, old, 256) == "first budget"
-    assert significant_change(old, budget(gpu(0, free=80000 - 255), at=timedelta(minutes=1)),
-                              256) is None
+    assert (
+        significant_change(old, budget(gpu(0, free=80000 - 255), at=timedelta(minutes=1)), 256)
+        is None
+    )
     reason = significant_change(old, budget(gpu(0, free=80000 - 256)), 256)
     assert reason is not None and "free_mib changed by 256 MiB" in reason
 

@@ -16,8 +16,14 @@ def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
 
 
 def test_once_no_publish_prints_the_budget_json() -> None:
-    code, out = run("--once", "--no-publish", "--node-name", "gpu-h100-0",
-                    "--fake-nvml", str(FIXTURES / "h100-idle.json"))
+    code, out = run(
+        "--once",
+        "--no-publish",
+        "--node-name",
+        "gpu-h100-0",
+        "--fake-nvml",
+        str(FIXTURES / "h100-idle.json"),
+    )
     assert code == 0
     budget = json.loads(out)
     assert budget["node"] == "gpu-h100-0"
@@ -25,14 +31,25 @@ def test_once_no_publish_prints_the_budget_json() -> None:
 
 
 def test_node_name_comes_from_the_environment() -> None:
-    code, out = run("--once", "--no-publish", "--fake-nvml", str(FIXTURES / "l4-shared.json"),
-                    env={"NODE_NAME": "gpu-l4-3"})
+    code, out = run(
+        "--once",
+        "--no-publish",
+        "--fake-nvml",
+        str(FIXTURES / "l4-shared.json"),
+        env={"NODE_NAME": "gpu-l4-3"},
+    )
     assert code == 0 and json.loads(out)["node"] == "gpu-l4-3"
 
 
 def test_nvml_failure_prints_the_error_budget_and_exits_1() -> None:
-    code, out = run("--once", "--no-publish", "--node-name", "n",
-                    "--fake-nvml", str(FIXTURES / "nvml-missing.json"))
+    code, out = run(
+        "--once",
+        "--no-publish",
+        "--node-name",
+        "n",
+        "--fake-nvml",
+        str(FIXTURES / "nvml-missing.json"),
+    )
     assert code == 1
     assert "NVML Shared Library Not Found" in json.loads(out)["error"]
 
@@ -46,7 +63,14 @@ def test_usage_errors_exit_2() -> None:
 def test_help_lists_the_documented_options() -> None:
     code, out = run("--help")
     assert code == 0
-    for option in ("--node-name", "--interval", "--min-publish-interval", "--metrics-port",
-                   "--once", "--kubeconfig", "--no-publish"):
+    for option in (
+        "--node-name",
+        "--interval",
+        "--min-publish-interval",
+        "--metrics-port",
+        "--once",
+        "--kubeconfig",
+        "--no-publish",
+    ):
         assert option in out
     assert "--fake-nvml" not in out  # test-only, hidden

@@ -32,8 +32,12 @@ class Clock:
         return self.t
 
 
-def make(nvml: FakeNvml, publisher: RecordingPublisher | None, proc_root: Path | None = None,
-         **settings: float) -> tuple[Probe, Clock]:
+def make(
+    nvml: FakeNvml,
+    publisher: RecordingPublisher | None,
+    proc_root: Path | None = None,
+    **settings: float,
+) -> tuple[Probe, Clock]:
     clock = Clock()
     probe = Probe(
         NvmlReader(nvml, proc_root=proc_root),
@@ -161,13 +165,18 @@ def test_metrics_carry_gpu_and_process_memory_and_drop_exited_processes(proc_roo
     nvml = fake("l4-shared")
     probe, _ = make(nvml, None, proc_root=proc_root)
     probe.tick()
-    gpu = {"gpu": "0", "mig_device": "", "name": "NVIDIA L4",
-           "uuid": "GPU-9c8b7a6f-5e4d-4c3b-a2f1-0e9d8c7b6a5f"}
+    gpu = {
+        "gpu": "0",
+        "mig_device": "",
+        "name": "NVIDIA L4",
+        "uuid": "GPU-9c8b7a6f-5e4d-4c3b-a2f1-0e9d8c7b6a5f",
+    }
     for key, mib in (("total", 23034), ("free", 4480), ("used", 18120), ("reserved", 434)):
         assert samples(probe, f"vllm_operator_probe_gpu_memory_{key}_bytes") == [(gpu, mib * 2**20)]
     procs = samples(probe, "vllm_operator_probe_gpu_process_memory_used_bytes")
     assert sorted((labels["pid"], labels["pod_uid"], value) for labels, value in procs) == [
-        ("4242", "", 6100 * 2**20), ("5151", VLLM_POD_UID, 12000 * 2**20),
+        ("4242", "", 6100 * 2**20),
+        ("5151", VLLM_POD_UID, 12000 * 2**20),
     ]
     assert all(labels.items() >= gpu.items() for labels, _ in procs)
     assert samples(probe, "vllm_operator_probe_gpus") == [({}, 1.0)]
@@ -190,8 +199,9 @@ def test_mig_slices_are_metric_series_of_their_own() -> None:
 def test_run_stops_on_the_event_and_shuts_nvml_down() -> None:
     nvml = fake("h100-idle")
     pub = RecordingPublisher()
-    probe = Probe(NvmlReader(nvml, proc_root=None), ProbeSettings(node_name="n", interval_s=1),
-                  publisher=pub)
+    probe = Probe(
+        NvmlReader(nvml, proc_root=None), ProbeSettings(node_name="n", interval_s=1), publisher=pub
+    )
     stop = threading.Event()
     worker = threading.Thread(target=probe.run, args=(stop,))
     worker.start()

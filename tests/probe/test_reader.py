@@ -21,7 +21,9 @@ def test_idle_h100_pair_reads_v2_memory_versions_and_capability() -> None:
     assert [g.index for g in b.gpus] == [0, 1]
     h100 = b.gpus[0]
     assert (h100.name, h100.total_mib, h100.compute_capability) == (
-        "NVIDIA H100 80GB HBM3", 81559, "9.0",
+        "NVIDIA H100 80GB HBM3",
+        81559,
+        "9.0",
     )
     assert (h100.free_mib, h100.used_mib, h100.reserved_mib) == (81005, 1, 553)
     assert h100.free_mib + h100.used_mib + (h100.reserved_mib or 0) == h100.total_mib
@@ -34,7 +36,9 @@ def test_a100_in_mig_mode_reports_slices_with_their_processes() -> None:
     (a100,) = b.gpus
     assert a100.mig_enabled and a100.total_mib == 40960 and a100.compute_capability == "8.0"
     assert [(m.index, m.name.rsplit(" ", 1)[-1], m.total_mib) for m in a100.mig_devices] == [
-        (0, "3g.20gb", 19968), (3, "1g.5gb", 4864), (4, "1g.5gb", 4864),
+        (0, "3g.20gb", 19968),
+        (3, "1g.5gb", 4864),
+        (4, "1g.5gb", 4864),
     ]
     assert [(p.pid, p.used_mib) for p in a100.mig_devices[0].processes] == [(31337, 14350)]
     # the parent's process list needs privileges in MIG mode: the reader does not ask for it
@@ -63,7 +67,9 @@ class Pods:
         self.refreshes += refresh
         if not refresh:
             return {}
-        return {VLLM_CONTAINER_ID: ContainerRef(namespace="llm", pod="chat-l4-abc", container="vllm")}
+        return {
+            VLLM_CONTAINER_ID: ContainerRef(namespace="llm", pod="chat-l4-abc", container="vllm")
+        }
 
 
 def test_pod_lookup_names_pods_and_refreshes_only_for_unknown_containers(proc_root: Path) -> None:
@@ -78,7 +84,9 @@ def test_pod_lookup_names_pods_and_refreshes_only_for_unknown_containers(proc_ro
     ("cgroup", "expected"),
     [
         (
-            "12:memory:/kubepods/burstable/pod0d6f3a1c-2b4e-4f58-9a7c-1e2d3c4b5a69/" + "a" * 64 + "\n",
+            "12:memory:/kubepods/burstable/pod0d6f3a1c-2b4e-4f58-9a7c-1e2d3c4b5a69/"
+            + "a" * 64
+            + "\n",
             ("0d6f3a1c-2b4e-4f58-9a7c-1e2d3c4b5a69", "a" * 64),
         ),
         (
@@ -171,8 +179,10 @@ def test_fixtures_use_catalog_totals(repo: Path) -> None:
         if row["total_mib"]
     }
     expect = {
-        "h100-idle": "NVIDIA H100 SXM5 80GB", "a100-mig": "NVIDIA A100 40GB SXM4",
-        "l4-shared": "NVIDIA L4", "t4-old-driver": "NVIDIA T4",
+        "h100-idle": "NVIDIA H100 SXM5 80GB",
+        "a100-mig": "NVIDIA A100 40GB SXM4",
+        "l4-shared": "NVIDIA L4",
+        "t4-old-driver": "NVIDIA T4",
     }
     for name, marketing in expect.items():
         for device in state(name).devices:
@@ -191,4 +201,6 @@ def test_real_binding_never_raises_on_this_machine() -> None:
     if result.nvml_up:
         assert result.budget.driver_version and all(g.total_mib > 0 for g in result.budget.gpus)
     else:
-        assert result.budget.error is not None and result.budget.error.startswith("init: NVML error")
+        assert result.budget.error is not None and result.budget.error.startswith(
+            "init: NVML error"
+        )

@@ -14,15 +14,24 @@ from .test_controller import NOW, cluster, controller, example, status_of
 
 def budget(node: str, used_by: list[dict[str, Any]], *, at: datetime = NOW) -> str:
     used = sum(p["usedMib"] for p in used_by)
-    return json.dumps({
-        "node": node,
-        "observedAt": at.isoformat(),
-        "probeVersion": "test",
-        "gpus": [{
-            "index": 0, "uuid": "GPU-1", "name": "NVIDIA L4", "totalMib": 23034,
-            "freeMib": 23034 - 300 - used, "usedMib": 300 + used, "processes": used_by,
-        }],
-    })
+    return json.dumps(
+        {
+            "node": node,
+            "observedAt": at.isoformat(),
+            "probeVersion": "test",
+            "gpus": [
+                {
+                    "index": 0,
+                    "uuid": "GPU-1",
+                    "name": "NVIDIA L4",
+                    "totalMib": 23034,
+                    "freeMib": 23034 - 300 - used,
+                    "usedMib": 300 + used,
+                    "processes": used_by,
+                }
+            ],
+        }
+    )
 
 
 def annotated_l4(name: str, text: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ def has(version: str, option: str) -> bool:
 def versions_between(lo: str, hi: str | None = None) -> list[str]:
     order = supported_versions()
     end = order.index(hi) + 1 if hi else len(order)
-    return list(order[order.index(lo):end])
+    return list(order[order.index(lo) : end])
 
 
 def test_supported_range_and_default() -> None:
@@ -72,12 +72,12 @@ def test_swap_space_gone_for_good() -> None:
 def test_disable_log_requests_returns_as_negative_of_enable_log_requests_in_0_33() -> None:
     # 0.17.0-0.32.0 reject it; 0.33.0's EnableDisableAction registers it as the inverse form.
     assert not any(has(v, "--disable-log-requests") for v in versions_between("0.17.0", "0.32.0"))
-    assert option_index("0.33.0")["--disable-log-requests"] == ("--enable-log-requests",
-                                                                "negative")
+    assert option_index("0.33.0")["--disable-log-requests"] == ("--enable-log-requests", "negative")
 
 
-@pytest.mark.parametrize("name", ["--max-num-on-the-fly-batches", "--enable-memory-budget",
-                                  "--memory-budget-pct"])
+@pytest.mark.parametrize(
+    "name", ["--max-num-on-the-fly-batches", "--enable-memory-budget", "--memory-budget-pct"]
+)
 def test_blog_flags_exist_nowhere(name: str) -> None:
     assert name not in option_presence()
 
@@ -140,8 +140,14 @@ def test_short_alias_of_compilation_config_changed() -> None:
 
 @pytest.mark.parametrize(
     ("version", "engine"),
-    [("0.6.0", "v0-only"), ("0.7.3", "v0-default"), ("0.8.0", "v1-default"),
-     ("0.10.2", "v1-default"), ("0.11.0", "v1-only"), ("0.33.0", "v1-only")],
+    [
+        ("0.6.0", "v0-only"),
+        ("0.7.3", "v0-default"),
+        ("0.8.0", "v1-default"),
+        ("0.10.2", "v1-default"),
+        ("0.11.0", "v1-only"),
+        ("0.33.0", "v1-only"),
+    ],
 )
 def test_engine_generation(version: str, engine: str) -> None:
     assert load_version(version).engine == engine

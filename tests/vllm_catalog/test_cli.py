@@ -13,28 +13,50 @@ def run(*args: str) -> tuple[int, str]:
 
 
 def test_check_args_done_when() -> None:
-    code, out = run("check-args", "--vllm-version", "0.33.0", "--",
-                    "--max-num-on-the-fly-batches", "4")
+    code, out = run(
+        "check-args", "--vllm-version", "0.33.0", "--", "--max-num-on-the-fly-batches", "4"
+    )
     assert code == 1
-    assert out.strip() == ("--max-num-on-the-fly-batches does not exist in any vLLM release; "
-                           "did you mean --max-num-batched-tokens?")
+    assert out.strip() == (
+        "--max-num-on-the-fly-batches does not exist in any vLLM release; "
+        "did you mean --max-num-batched-tokens?"
+    )
     code, out = run("check-args", "--vllm-version", "0.33.0", "--", "--swap-space", "8")
-    assert (code, out.strip()) == (1, "--swap-space was removed in 0.18.0; the pinned version "
-                                      "is 0.33.0")
-    code, _ = run("check-args", "--vllm-version", "0.33.0", "--", "--max-num-batched-tokens",
-                  "8192", "--no-enable-prefix-caching")
+    assert (code, out.strip()) == (
+        1,
+        "--swap-space was removed in 0.18.0; the pinned version is 0.33.0",
+    )
+    code, _ = run(
+        "check-args",
+        "--vllm-version",
+        "0.33.0",
+        "--",
+        "--max-num-batched-tokens",
+        "8192",
+        "--no-enable-prefix-caching",
+    )
     assert code == 0
 
 
 def test_check_args_one_line_per_problem_and_extra_args_mode() -> None:
-    code, out = run("check-args", "--vllm-version", "0.33.0", "--", "--swap-space", "8",
-                    "--block-size", "x")
+    code, out = run(
+        "check-args", "--vllm-version", "0.33.0", "--", "--swap-space", "8", "--block-size", "x"
+    )
     assert code == 1 and len(out.strip().splitlines()) == 2
-    code, out = run("check-args", "--vllm-version", "0.33.0", "--extra-args", "--",
-                    "--max-num-seqs", "8")
+    code, out = run(
+        "check-args", "--vllm-version", "0.33.0", "--extra-args", "--", "--max-num-seqs", "8"
+    )
     assert code == 1 and "allowPlannerOverride" in out
-    code, _ = run("check-args", "--vllm-version", "0.33.0", "--extra-args",
-                  "--allow-planner-override", "--", "--max-num-seqs", "8")
+    code, _ = run(
+        "check-args",
+        "--vllm-version",
+        "0.33.0",
+        "--extra-args",
+        "--allow-planner-override",
+        "--",
+        "--max-num-seqs",
+        "8",
+    )
     assert code == 0
 
 

@@ -27,8 +27,7 @@ def test_index_matches_versions_txt(gen: ModuleType) -> None:
 
 def test_counter_exposed_with_total_suffix(gen: ModuleType) -> None:
     assert gen.exposed_name("vllm:num_preemptions", "counter") == "vllm:num_preemptions_total"
-    assert gen.exposed_name("vllm:num_preemptions_total", "counter") == \
-        "vllm:num_preemptions_total"
+    assert gen.exposed_name("vllm:num_preemptions_total", "counter") == "vllm:num_preemptions_total"
     assert gen.exposed_name("vllm:kv_cache_usage_perc", "gauge") == "vllm:kv_cache_usage_perc"
 
 
@@ -40,11 +39,15 @@ def test_type_vocabulary(gen: ModuleType) -> None:
 
 
 def test_write_json_is_deterministic_and_compact(gen: ModuleType, tmp_path: Path) -> None:
-    entry = {"version": "1.0", "flags": {"--b": {"dest": "b", "kind": "value", "aliases": [],
-                                                "default": 0, "deprecated": False},
-                                         "--a": {"dest": "a", "kind": "store_true",
-                                                 "default": False}},
-             "metrics": {}, "engine": "v1-only"}
+    entry = {
+        "version": "1.0",
+        "flags": {
+            "--b": {"dest": "b", "kind": "value", "aliases": [], "default": 0, "deprecated": False},
+            "--a": {"dest": "a", "kind": "store_true", "default": False},
+        },
+        "metrics": {},
+        "engine": "v1-only",
+    }
     first, second = tmp_path / "1.json", tmp_path / "2.json"
     gen.write_json(first, entry)
     gen.write_json(second, dict(reversed(list(entry.items()))))

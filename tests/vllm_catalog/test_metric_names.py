@@ -29,11 +29,14 @@ def test_v0_era_names() -> None:
     assert names.engine_label is None
 
 
-@pytest.mark.parametrize(("version", "kv"), [
-    ("0.9.1", "vllm:gpu_cache_usage_perc"),
-    ("0.9.2", "vllm:kv_cache_usage_perc"),
-    ("0.11.0", "vllm:kv_cache_usage_perc"),
-])
+@pytest.mark.parametrize(
+    ("version", "kv"),
+    [
+        ("0.9.1", "vllm:gpu_cache_usage_perc"),
+        ("0.9.2", "vllm:kv_cache_usage_perc"),
+        ("0.11.0", "vllm:kv_cache_usage_perc"),
+    ],
+)
 def test_kv_usage_switch(version: str, kv: str) -> None:
     assert resolve_metric_names(version).kv_cache_usage == kv
 

@@ -32,8 +32,9 @@ def test_issue_examples() -> None:
     assert messages("0.33.0", ["--swap-space", "8"]) == [
         "--swap-space was removed in 0.18.0; the pinned version is 0.33.0"
     ]
-    assert messages("0.33.0", ["--max-num-batched-tokens", "8192",
-                               "--no-enable-prefix-caching"]) == []
+    assert (
+        messages("0.33.0", ["--max-num-batched-tokens", "8192", "--no-enable-prefix-caching"]) == []
+    )
 
 
 def test_flag_added_later_names_the_release() -> None:
@@ -68,7 +69,8 @@ def test_bad_choices_and_values() -> None:
     (msg,) = messages("0.33.0", ["--quantization", "squeezellm"])
     assert "QuantizationMethods" in msg
     assert messages("0.33.0", ["--max-num-seqs", "lots"]) == [
-        "--max-num-seqs expects an integer, got 'lots'"]
+        "--max-num-seqs expects an integer, got 'lots'"
+    ]
     assert messages("0.33.0", ["--max-model-len", "32k", "--kv-cache-memory-bytes", "8G"]) == []
 
 
@@ -90,11 +92,17 @@ def test_planner_and_operator_owned_flags() -> None:
     argv = ["-tp", "2", "--disable-prefix-caching"]
     assert len(messages("0.33.0", argv, check_collisions=True)) == 2
     assert messages("0.33.0", argv, check_collisions=True, allow_planner_override=True) == []
-    (msg,) = messages("0.33.0", ["--disable-log-stats"], check_collisions=True,
-                      allow_planner_override=True)
+    (msg,) = messages(
+        "0.33.0", ["--disable-log-stats"], check_collisions=True, allow_planner_override=True
+    )
     assert "metric" in msg
-    assert {"--max-num-batched-tokens", "--gpu-memory-utilization", "--max-model-len",
-            "--block-size", "--kv-cache-dtype"} <= PLANNER_OWNED_FLAGS
+    assert {
+        "--max-num-batched-tokens",
+        "--gpu-memory-utilization",
+        "--max-model-len",
+        "--block-size",
+        "--kv-cache-dtype",
+    } <= PLANNER_OWNED_FLAGS
 
 
 def test_unknown_version_lists_range() -> None:
@@ -105,8 +113,7 @@ def test_unknown_version_lists_range() -> None:
 def test_validate_argv_raises_with_every_problem() -> None:
     with pytest.raises(ArgsError) as info:
         validate_argv("0.33.0", ["--swap-space", "8", "--max-num-on-the-fly-batches", "2"])
-    assert [p.flag for p in info.value.problems] == ["--swap-space",
-                                                     "--max-num-on-the-fly-batches"]
+    assert [p.flag for p in info.value.problems] == ["--swap-space", "--max-num-on-the-fly-batches"]
     assert info.value.problems[0].value == "8"
 
 
@@ -114,32 +121,55 @@ def test_validate_argv_raises_with_every_problem() -> None:
 
 
 def test_render_engine_args_by_field_name() -> None:
-    argv = render_engine_args("0.33.0", {
-        "tensor_parallel_size": 2, "gpu_memory_utilization": 0.9, "max_model_len": 32768,
-        "max_num_seqs": 64, "max_num_batched_tokens": 8192, "enable_prefix_caching": False,
-        "enforce_eager": True, "kv_cache_dtype": "fp8", "kv_cache_memory_bytes": None,
-    })
-    assert argv == ["--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.9",
-                    "--max-model-len", "32768", "--max-num-seqs", "64",
-                    "--max-num-batched-tokens", "8192", "--no-enable-prefix-caching",
-                    "--enforce-eager", "--kv-cache-dtype", "fp8"]
+    argv = render_engine_args(
+        "0.33.0",
+        {
+            "tensor_parallel_size": 2,
+            "gpu_memory_utilization": 0.9,
+            "max_model_len": 32768,
+            "max_num_seqs": 64,
+            "max_num_batched_tokens": 8192,
+            "enable_prefix_caching": False,
+            "enforce_eager": True,
+            "kv_cache_dtype": "fp8",
+            "kv_cache_memory_bytes": None,
+        },
+    )
+    assert argv == [
+        "--tensor-parallel-size",
+        "2",
+        "--gpu-memory-utilization",
+        "0.9",
+        "--max-model-len",
+        "32768",
+        "--max-num-seqs",
+        "64",
+        "--max-num-batched-tokens",
+        "8192",
+        "--no-enable-prefix-caching",
+        "--enforce-eager",
+        "--kv-cache-dtype",
+        "fp8",
+    ]
     assert check_argv("0.33.0", argv) == []
 
 
 def test_render_engine_args_old_boolean_styles() -> None:
     assert render_engine_args("0.7.3", {"enable_chunked_prefill": False}) == [
-        "--enable-chunked-prefill=false"]
+        "--enable-chunked-prefill=false"
+    ]
     assert render_engine_args("0.8.5.post1", {"enforce_eager": False}) == []
     assert render_engine_args("0.8.5.post1", {"enforce_eager": True}) == ["--enforce-eager"]
 
 
 def test_render_engine_args_rejects_what_the_version_lacks() -> None:
     with pytest.raises(ArgsError) as info:
-        render_engine_args("0.33.0", {"swap_space": 4, "block_size": 16,
-                                      "memory_budget_pct": 0.5})
+        render_engine_args("0.33.0", {"swap_space": 4, "block_size": 16, "memory_budget_pct": 0.5})
     msgs = [p.message for p in info.value.problems]
-    assert msgs[0] == ("engine argument swap_space: --swap-space was removed in 0.18.0; the "
-                       "pinned version is 0.33.0")
+    assert msgs[0] == (
+        "engine argument swap_space: --swap-space was removed in 0.18.0; the "
+        "pinned version is 0.33.0"
+    )
     assert "memory_budget_pct" in msgs[1] and "does not exist in any vLLM release" in msgs[1]
     with pytest.raises(ArgsError):
         render_engine_args("0.6.0", {"block_size": 64})
@@ -151,26 +181,44 @@ def test_render_engine_args_rejects_what_the_version_lacks() -> None:
 
 
 def test_render_extra_args() -> None:
-    assert render_extra_args("0.33.0", {"--enable-log-requests": "true",
-                                        "--async-scheduling": "false",
-                                        "--served-model-name": "chat"}) == [
-        "--enable-log-requests", "--no-async-scheduling", "--served-model-name", "chat"]
+    assert render_extra_args(
+        "0.33.0",
+        {
+            "--enable-log-requests": "true",
+            "--async-scheduling": "false",
+            "--served-model-name": "chat",
+        },
+    ) == ["--enable-log-requests", "--no-async-scheduling", "--served-model-name", "chat"]
     with pytest.raises(ArgsError, match="removed in 0.18.0"):
         render_extra_args("0.33.0", {"--swap-space": "8"})
     with pytest.raises(ArgsError, match="allowPlannerOverride"):
         render_extra_args("0.33.0", {"--max-num-seqs": "8"})
     assert render_extra_args("0.33.0", {"--max-num-seqs": "8"}, allow_planner_override=True) == [
-        "--max-num-seqs", "8"]
+        "--max-num-seqs",
+        "8",
+    ]
 
 
 # ----------------------------------------------------------------------------- property ---
 
 _BOOLS = st.sampled_from(supported_versions()).flatmap(
-    lambda v: st.tuples(st.just(v), st.lists(st.sampled_from(sorted(
-        spec.dest for spec in load_version(v).flags.values()
-        if spec.kind in ("bool_optional", "store_boolean")
-        or (spec.kind == "store_true" and spec.default in (None, False))
-    )), unique=True, max_size=8), st.booleans()))
+    lambda v: st.tuples(
+        st.just(v),
+        st.lists(
+            st.sampled_from(
+                sorted(
+                    spec.dest
+                    for spec in load_version(v).flags.values()
+                    if spec.kind in ("bool_optional", "store_boolean")
+                    or (spec.kind == "store_true" and spec.default in (None, False))
+                )
+            ),
+            unique=True,
+            max_size=8,
+        ),
+        st.booleans(),
+    )
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -184,8 +232,11 @@ def test_rendered_booleans_always_pass_the_check(case: tuple[str, list[str], boo
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(supported_versions()), st.data())
 def test_rendered_choices_always_pass_the_check(version: str, data: st.DataObject) -> None:
-    flags = {f: s for f, s in load_version(version).flags.items()
-             if s.choices and s.kind == "value" and s.nargs is None}
+    flags = {
+        f: s
+        for f, s in load_version(version).flags.items()
+        if s.choices and s.kind == "value" and s.nargs is None
+    }
     flag = data.draw(st.sampled_from(sorted(flags)))
     spec = flags[flag]
     assert spec.choices is not None

@@ -87,7 +87,9 @@ class GpuDevice(ProbeModel):
     free_mib: int = Field(ge=0)
     used_mib: int = Field(ge=0)
     reserved_mib: int | None = Field(
-        default=None, ge=0, description="Driver/firmware reserve (NVML memory v2); absent on old drivers."
+        default=None,
+        ge=0,
+        description="Driver/firmware reserve (NVML memory v2); absent on old drivers.",
     )
     compute_capability: str | None = Field(default=None, pattern=r"^\d+\.\d+$")
     mig_enabled: bool = False

@@ -9,22 +9,33 @@ from vllm_operator.catalog.vllm import UnknownVersionError, check_argv
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.option("--vllm-version", "version", required=True, help="vLLM release, e.g. 0.33.0.")
-@click.option("--extra-args", "as_extra", is_flag=True,
-              help="Check as spec.vllm.extraArgs: also reject flags the planner or the operator "
-              "owns.")
-@click.option("--allow-planner-override", is_flag=True,
-              help="With --extra-args: allow flags the planner owns (allowPlannerOverride).")
+@click.option(
+    "--extra-args",
+    "as_extra",
+    is_flag=True,
+    help="Check as spec.vllm.extraArgs: also reject flags the planner or the operator owns.",
+)
+@click.option(
+    "--allow-planner-override",
+    is_flag=True,
+    help="With --extra-args: allow flags the planner owns (allowPlannerOverride).",
+)
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
-def check_args(version: str, as_extra: bool, allow_planner_override: bool,
-               argv: tuple[str, ...]) -> None:
+def check_args(
+    version: str, as_extra: bool, allow_planner_override: bool, argv: tuple[str, ...]
+) -> None:
     """Check ARGV (after `--`) against the pinned vLLM VERSION's argument parser data.
 
     Exit 0 when every argument is accepted, 1 with one line per problem otherwise, 2 on usage
     errors (e.g. an unknown version).
     """
     try:
-        problems = check_argv(version, list(argv), check_collisions=as_extra,
-                              allow_planner_override=allow_planner_override)
+        problems = check_argv(
+            version,
+            list(argv),
+            check_collisions=as_extra,
+            allow_planner_override=allow_planner_override,
+        )
     except UnknownVersionError as exc:
         raise click.BadParameter(str(exc), param_hint="--vllm-version") from None
     if not problems:

@@ -25,15 +25,22 @@ def _accepted(spec: FlagSpec) -> str:
 
 def _kind(spec: FlagSpec) -> str:
     if spec.kind == "value":
-        return (spec.type or "str") + (" | None" if spec.nullable else "") + (
-            f" (nargs {spec.nargs})" if spec.nargs not in (None, "?") else "")
+        return (
+            (spec.type or "str")
+            + (" | None" if spec.nullable else "")
+            + (f" (nargs {spec.nargs})" if spec.nargs not in (None, "?") else "")
+        )
     return spec.kind
 
 
 @click.command()
 @click.option("--vllm-version", "version", required=True, help="vLLM release, e.g. 0.33.0.")
-@click.option("--grep", "words", multiple=True, help="Only flags whose names contain WORD "
-              "(repeatable; all must match).")
+@click.option(
+    "--grep",
+    "words",
+    multiple=True,
+    help="Only flags whose names contain WORD (repeatable; all must match).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def flags(version: str, words: tuple[str, ...], as_json: bool) -> None:
     """List the flags `vllm serve` accepts in one vLLM release.
@@ -46,14 +53,21 @@ def flags(version: str, words: tuple[str, ...], as_json: bool) -> None:
         raise click.BadParameter(str(exc), param_hint="--vllm-version") from None
     matched = flags_matching(catalog.version, words)
     if as_json:
-        click.echo(json.dumps({k: v.model_dump(mode="json") for k, v in matched.items()},
-                              indent=1, sort_keys=True))
+        click.echo(
+            json.dumps(
+                {k: v.model_dump(mode="json") for k, v in matched.items()}, indent=1, sort_keys=True
+            )
+        )
         return
     table = Table(title=f"vLLM {catalog.version} ({catalog.engine}): {len(matched)} flags")
     for column in ("flag (all forms)", "kind / type", "default", "accepted values", "note"):
         table.add_column(column, overflow="fold")
     for flag, spec in matched.items():
-        table.add_row(_forms(flag, spec), _kind(spec),
-                      "" if spec.default is None else json.dumps(spec.default), _accepted(spec),
-                      spec.deprecation or ("deprecated" if spec.deprecated else ""))
+        table.add_row(
+            _forms(flag, spec),
+            _kind(spec),
+            "" if spec.default is None else json.dumps(spec.default),
+            _accepted(spec),
+            spec.deprecation or ("deprecated" if spec.deprecated else ""),
+        )
     Console(file=sys.stdout, width=160).print(table)

@@ -104,7 +104,9 @@ class Probe:
         result = self.reader.read(self.settings.node_name, self.clock())
         self.metrics.observe(result.budget, result.errors)
         if result.budget.error:
-            log.warning("Read NVML failed node=%s error=%r", self.settings.node_name, result.budget.error)
+            log.warning(
+                "Read NVML failed node=%s error=%r", self.settings.node_name, result.budget.error
+            )
         if self.publisher is None:
             return TickResult(result.budget, False, None)
         now = self.monotonic()
@@ -122,7 +124,9 @@ class Probe:
             self.metrics.errors.labels(reason="publish").inc()
             log.warning(
                 "Published GPU budget failed node=%s reason=%r error=%s",
-                self.settings.node_name, reason, exc,
+                self.settings.node_name,
+                reason,
+                exc,
             )
             return TickResult(result.budget, False, reason)
         self.last_published, self.last_published_at = result.budget, now
@@ -130,7 +134,9 @@ class Probe:
         self.metrics.last_publish.set(time.time())
         log.info(
             "Published GPU budget node=%s gpus=%d reason=%r",
-            self.settings.node_name, len(result.budget.gpus), reason,
+            self.settings.node_name,
+            len(result.budget.gpus),
+            reason,
         )
         return TickResult(result.budget, True, reason)
 

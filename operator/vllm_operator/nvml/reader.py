@@ -34,7 +34,9 @@ _REINIT_CODES = {
     binding.ERROR_UNINITIALIZED,
     binding.ERROR_DRIVER_NOT_LOADED,
 }
-_POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+_POD_UID = re.compile(
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+)
 _CONTAINER_ID = re.compile(r"([0-9a-f]{64})(?:\.scope)?$")
 
 
@@ -310,7 +312,11 @@ class NvmlReader:
                     p
                     if ref is None
                     else p.model_copy(
-                        update={"namespace": ref.namespace, "pod": ref.pod, "container": ref.container}
+                        update={
+                            "namespace": ref.namespace,
+                            "pod": ref.pod,
+                            "container": ref.container,
+                        }
                     )
                 )
             return out
@@ -320,10 +326,10 @@ class NvmlReader:
                 update={
                     "processes": named(g.processes),
                     "mig_devices": [
-                        m.model_copy(update={"processes": named(m.processes)}) for m in g.mig_devices
+                        m.model_copy(update={"processes": named(m.processes)})
+                        for m in g.mig_devices
                     ],
                 }
             )
             for g in gpus
         ]
-

@@ -28,5 +28,6 @@ def container_command(version: str, model: str, image: str | None = None) -> Con
     """``vllm serve MODEL`` where the release has the ``vllm`` CLI, else the api_server module."""
     catalog = load_version(version)
     model_args = (model,) if catalog.model_arg == "positional" else ("--model", model)
-    return ContainerCommand(image=image_for(version, image), command=catalog.command,
-                            model_args=model_args)
+    return ContainerCommand(
+        image=image_for(version, image), command=catalog.command, model_args=model_args
+    )

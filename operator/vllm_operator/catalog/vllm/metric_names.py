@@ -57,8 +57,12 @@ def possible_engines(version: str) -> tuple[EngineGen, ...]:
     accept either set of names there.
     """
     engine = load_version(version).engine
-    return {"v0-only": ("v0",), "v0-default": ("v0", "v1"), "v1-default": ("v1", "v0"),
-            "v1-only": ("v1",)}[engine]  # type: ignore[return-value]
+    return {
+        "v0-only": ("v0",),
+        "v0-default": ("v0", "v1"),
+        "v1-default": ("v1", "v0"),
+        "v1-only": ("v1",),
+    }[engine]  # type: ignore[return-value]
 
 
 def resolve_metric_names(version: str, engine: EngineGen | None = None) -> MetricNames:
@@ -84,15 +88,16 @@ def resolve_metric_names(version: str, engine: EngineGen | None = None) -> Metri
         num_requests_running=first("vllm:num_requests_running"),
         num_requests_waiting=first("vllm:num_requests_waiting"),
         num_preemptions=first("vllm:num_preemptions_total"),
-        prefix_cache_queries=first("vllm:prefix_cache_queries_total",
-                                   "vllm:gpu_prefix_cache_queries_total"),
-        prefix_cache_hits=first("vllm:prefix_cache_hits_total",
-                                "vllm:gpu_prefix_cache_hits_total"),
+        prefix_cache_queries=first(
+            "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"
+        ),
+        prefix_cache_hits=first("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
         prefix_cache_hit_rate=first("vllm:gpu_prefix_cache_hit_rate"),
         cache_config_info=first("vllm:cache_config_info"),
         time_to_first_token=first("vllm:time_to_first_token_seconds"),
         e2e_request_latency=first("vllm:e2e_request_latency_seconds"),
-        inter_token_latency=first("vllm:inter_token_latency_seconds",
-                                  "vllm:time_per_output_token_seconds"),
+        inter_token_latency=first(
+            "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"
+        ),
         engine_label=engine_label,
     )

@@ -25,26 +25,28 @@ from vllm_operator.catalog.vllm.loader import (
 )
 from vllm_operator.catalog.vllm.models import FlagSpec
 
-PLANNER_OWNED_FLAGS: frozenset[str] = frozenset({
-    "--tensor-parallel-size",
-    "--pipeline-parallel-size",
-    "--data-parallel-size",
-    "--gpu-memory-utilization",
-    "--kv-cache-memory-bytes",
-    "--max-model-len",
-    "--max-num-seqs",
-    "--max-num-batched-tokens",
-    "--block-size",
-    "--kv-cache-dtype",
-    "--dtype",
-    "--quantization",
-    "--enable-prefix-caching",
-    "--enable-chunked-prefill",
-    "--cpu-offload-gb",
-    "--swap-space",
-    "--num-gpu-blocks-override",
-    "--enforce-eager",
-})
+PLANNER_OWNED_FLAGS: frozenset[str] = frozenset(
+    {
+        "--tensor-parallel-size",
+        "--pipeline-parallel-size",
+        "--data-parallel-size",
+        "--gpu-memory-utilization",
+        "--kv-cache-memory-bytes",
+        "--max-model-len",
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--block-size",
+        "--kv-cache-dtype",
+        "--dtype",
+        "--quantization",
+        "--enable-prefix-caching",
+        "--enable-chunked-prefill",
+        "--cpu-offload-gb",
+        "--swap-space",
+        "--num-gpu-blocks-override",
+        "--enforce-eager",
+    }
+)
 """Flags whose values the planner computes (by primary long name; aliases such as ``-tp`` and
 negatives such as ``--no-enable-prefix-caching`` map to these). Extra args may set them only
 with an explicit override."""
@@ -101,8 +103,10 @@ def unknown_option_message(option: str, version: str) -> str:
         return f"{option} was removed in {removed}; the pinned version is {version}"
     if min(positions) > pos:
         return f"{option} was added in {present[0]}; the pinned version is {version}"
-    return (f"{option} is not accepted by the pinned version {version}; it exists in vLLM "
-            f"{_ranges(present)}")
+    return (
+        f"{option} is not accepted by the pinned version {version}; it exists in vLLM "
+        f"{_ranges(present)}"
+    )
 
 
 # --------------------------------------------------------------------------------- values ---
@@ -115,12 +119,16 @@ def _check_value(flag: str, spec: FlagSpec, value: str, version: str) -> str | N
     if spec.choices is not None:
         allowed = [str(c) for c in spec.choices]
         if value not in allowed:
-            return (f"{flag} {value!r} is not accepted by vLLM {version}; choose one of: "
-                    f"{', '.join(allowed)}")
+            return (
+                f"{flag} {value!r} is not accepted by vLLM {version}; choose one of: "
+                f"{', '.join(allowed)}"
+            )
         return None
     if spec.values is not None and value not in spec.values:
-        return (f"{flag} {value!r} is not a value vLLM {version} knows ({spec.values_source}); "
-                f"choose one of: {', '.join(spec.values)}")
+        return (
+            f"{flag} {value!r} is not a value vLLM {version} knows ({spec.values_source}); "
+            f"choose one of: {', '.join(spec.values)}"
+        )
     kind = spec.type
     try:
         if kind == "int":
@@ -177,9 +185,14 @@ def _bool_tokens(flag: str, spec: FlagSpec, on: bool, version: str) -> list[str]
             return [flag]
         if spec.default in (None, False):
             return []  # off is the default; a plain switch cannot be turned off explicitly
-        return Problem(flag=flag, value="false", message=(
-            f"{flag} is a plain switch in vLLM {version} (no --no- form); it cannot be turned "
-            "off"))
+        return Problem(
+            flag=flag,
+            value="false",
+            message=(
+                f"{flag} is a plain switch in vLLM {version} (no --no- form); it cannot be turned "
+                "off"
+            ),
+        )
     if spec.kind == "store_false":
         return [] if on else [flag]
     return Problem(flag=flag, value=str(on), message=f"{flag} is not a boolean flag")
@@ -206,14 +219,26 @@ def render_engine_args(version: str, args: Mapping[str, object]) -> list[str]:
         flag = dests.get(field)
         if flag is None:
             option = "--" + field.replace("_", "-")
-            problems.append(Problem(flag=option, value=_render_value(value), message=(
-                f"engine argument {field}: " + unknown_option_message(option, version))))
+            problems.append(
+                Problem(
+                    flag=option,
+                    value=_render_value(value),
+                    message=(
+                        f"engine argument {field}: " + unknown_option_message(option, version)
+                    ),
+                )
+            )
             continue
         spec = catalog.flags[flag]
         if spec.kind in _BOOL_KINDS:
             if not isinstance(value, bool):
-                problems.append(Problem(flag=flag, value=_render_value(value),
-                                        message=f"{flag} is a boolean flag; pass True or False"))
+                problems.append(
+                    Problem(
+                        flag=flag,
+                        value=_render_value(value),
+                        message=f"{flag} is a boolean flag; pass True or False",
+                    )
+                )
                 continue
             tokens = _bool_tokens(flag, spec, value, version)
             if isinstance(tokens, Problem):
@@ -222,14 +247,22 @@ def render_engine_args(version: str, args: Mapping[str, object]) -> list[str]:
                 argv.extend(tokens)
             continue
         if isinstance(value, bool):
-            problems.append(Problem(flag=flag, value=_render_value(value),
-                                    message=f"{flag} takes a value, not a boolean"))
+            problems.append(
+                Problem(
+                    flag=flag,
+                    value=_render_value(value),
+                    message=f"{flag} takes a value, not a boolean",
+                )
+            )
             continue
         many = spec.nargs in ("+", "*") or spec.kind == "append"
         values = list(value) if isinstance(value, (list, tuple)) and many else [value]
         rendered = [_render_value(v) for v in values]
-        bad = [Problem(flag=flag, value=r, message=m)
-               for r in rendered if (m := _check_value(flag, spec, r, version))]
+        bad = [
+            Problem(flag=flag, value=r, message=m)
+            for r in rendered
+            if (m := _check_value(flag, spec, r, version))
+        ]
         if bad:
             problems.extend(bad)
             continue
@@ -271,12 +304,18 @@ def _resolve(option: str, version: str) -> tuple[str, str] | None:
 
 def _collision(primary: str, token: str, allow_planner_override: bool) -> Problem | None:
     if primary in OPERATOR_OWNED_FLAGS:
-        return Problem(flag=token, message=(
-            f"{token} cannot be set in extra args: {OPERATOR_OWNED_FLAGS[primary]}"))
+        return Problem(
+            flag=token,
+            message=(f"{token} cannot be set in extra args: {OPERATOR_OWNED_FLAGS[primary]}"),
+        )
     if primary in PLANNER_OWNED_FLAGS and not allow_planner_override:
-        return Problem(flag=token, message=(
-            f"{token} is computed by the planner; set allowPlannerOverride to override it "
-            "(the memory plan may then be wrong)"))
+        return Problem(
+            flag=token,
+            message=(
+                f"{token} is computed by the planner; set allowPlannerOverride to override it "
+                "(the memory plan may then be wrong)"
+            ),
+        )
     return None
 
 
@@ -301,9 +340,15 @@ def check_argv(
         token = argv[i]
         i += 1
         if not _is_flag(token):
-            problems.append(Problem(flag=token, message=(
-                f"unexpected positional argument {token!r}; the operator passes the model, and "
-                "every other setting is a --flag")))
+            problems.append(
+                Problem(
+                    flag=token,
+                    message=(
+                        f"unexpected positional argument {token!r}; the operator passes the model, and "
+                        "every other setting is a --flag"
+                    ),
+                )
+            )
             continue
         option, eq, attached = token.partition("=")
         has_value = bool(eq)
@@ -324,8 +369,9 @@ def check_argv(
             if not has_value and i < len(argv) and not _is_flag(argv[i]):
                 value = argv[i]  # the unknown flag's probable value: skip it
                 i += 1
-            problems.append(Problem(flag=option, value=value,
-                                    message=_unknown_or_abbrev(option, version)))
+            problems.append(
+                Problem(flag=option, value=value, message=_unknown_or_abbrev(option, version))
+            )
             continue
         primary = resolved[0]
         spec = catalog.flags[primary]
@@ -335,13 +381,23 @@ def check_argv(
                 problems.append(collision)
         if spec.kind in ("bool_optional", "store_true", "store_false", "store_const", "count"):
             if has_value:
-                problems.append(Problem(flag=option, value=attached, message=_no_value_message(
-                    option, primary, spec, version)))
+                problems.append(
+                    Problem(
+                        flag=option,
+                        value=attached,
+                        message=_no_value_message(option, primary, spec, version),
+                    )
+                )
             continue
         if spec.kind == "store_boolean":
             if has_value and attached.lower() not in ("true", "false"):
-                problems.append(Problem(flag=option, value=attached, message=(
-                    f"{option} accepts only =true or =false in vLLM {version}")))
+                problems.append(
+                    Problem(
+                        flag=option,
+                        value=attached,
+                        message=(f"{option} accepts only =true or =false in vLLM {version}"),
+                    )
+                )
             continue
         # value-taking flag
         values: list[str] = []
@@ -376,26 +432,34 @@ def _unknown_or_abbrev(option: str, version: str) -> str:
         if candidates:
             full = sorted(candidates)[0] if len(candidates) == 1 else None
             if full:
-                return (f"{option} is an abbreviation of {full}; write the full flag name "
-                        "(abbreviations can become ambiguous in later releases)")
-            return (f"{option} is an ambiguous abbreviation ({', '.join(sorted(candidates))}); "
-                    "write the full flag name")
+                return (
+                    f"{option} is an abbreviation of {full}; write the full flag name "
+                    "(abbreviations can become ambiguous in later releases)"
+                )
+            return (
+                f"{option} is an ambiguous abbreviation ({', '.join(sorted(candidates))}); "
+                "write the full flag name"
+            )
     if option.startswith("--no-"):
-        base = "--" + option[len("--no-"):]
+        base = "--" + option[len("--no-") :]
         resolved = _resolve(base, version)
         if resolved is not None:
             spec = load_version(version).flags[resolved[0]]
             if spec.kind != "bool_optional":
-                return (f"{option} is not accepted by vLLM {version}: {base} is a plain switch "
-                        "there (no --no- form); leave it out to keep it off")
+                return (
+                    f"{option} is not accepted by vLLM {version}: {base} is a plain switch "
+                    "there (no --no- form); leave it out to keep it off"
+                )
     return unknown_option_message(option, version)
 
 
 def _no_value_message(option: str, primary: str, spec: FlagSpec, version: str) -> str:
     if spec.kind == "bool_optional":
         neg = _negative(spec) or f"--no-{primary[2:]}"
-        return (f"{option} takes no value in vLLM {version}; write {primary} or {neg} "
-                f"(not {option}=...)")
+        return (
+            f"{option} takes no value in vLLM {version}; write {primary} or {neg} "
+            f"(not {option}=...)"
+        )
     return f"{option} takes no value in vLLM {version}; write {option} or leave it out"
 
 
@@ -424,8 +488,9 @@ def render_extra_args(
     for option, value in extra_args.items():
         resolved = _resolve(option, version)
         if resolved is None:
-            problems.append(Problem(flag=option, value=value,
-                                    message=_unknown_or_abbrev(option, version)))
+            problems.append(
+                Problem(flag=option, value=value, message=_unknown_or_abbrev(option, version))
+            )
             continue
         primary, role = resolved
         spec = catalog.flags[primary]
@@ -436,8 +501,13 @@ def render_extra_args(
         if spec.kind in _BOOL_KINDS:
             lowered = value.strip().lower()
             if lowered not in _TRUE | _FALSE | {""}:
-                problems.append(Problem(flag=option, value=value, message=(
-                    f"{option} is a boolean flag; use \"true\" or \"false\"")))
+                problems.append(
+                    Problem(
+                        flag=option,
+                        value=value,
+                        message=(f'{option} is a boolean flag; use "true" or "false"'),
+                    )
+                )
                 continue
             on = lowered in _TRUE or lowered == ""
             if role == "negative":
