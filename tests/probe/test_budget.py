@@ -13,12 +13,16 @@ from tests.probe.conftest import NOW, VLLM_POD_UID
 from vllm_operator.api.probe import (
     DEFAULT_MAX_AGE,
     GPU_BUDGET_ANNOTATION,
+    MAX_ANNOTATION_BYTES,
+    BudgetProblem,
     BudgetReading,
+    BudgetRejection,
     GpuBudget,
     GpuDevice,
     GpuProcess,
     MigDevice,
     PlanningBudget,
+    decode_budget,
     mig_planning_budget,
     parse_budget,
     planning_budget,
@@ -111,12 +115,35 @@ def test_malformed_annotations_are_reasons_not_exceptions(text: str | None, expe
     assert expected in result
 
 
-def test_stale_budget_is_rejected_with_its_age() -> None:
+def test_stale_budget_is_rejected_with_a_message_that_does_not_change_with_time() -> None:
     text = budget(gpu(), at=DEFAULT_MAX_AGE + timedelta(seconds=1)).to_annotation()
     result = parse_budget(text, NOW)
     assert isinstance(result, str)
-    assert "stale" in result and "901s ago" in result and "accepted up to 900s" in result
+    assert "stale" in result and "observed at" in result and "accepted up to 900s" in result
+    # Issue #20: the message embedded a growing "Ns ago", so Event de-duplication failed.
+    assert parse_budget(text, NOW + timedelta(minutes=7)) == result
     assert isinstance(parse_budget(text, NOW, max_age=timedelta(hours=1)), BudgetReading)
+
+
+def test_future_budget_message_does_not_change_with_time() -> None:
+    text = budget(gpu(), at=-timedelta(minutes=10)).to_annotation()
+    assert parse_budget(text, NOW) == parse_budget(text, NOW + timedelta(seconds=17))
+
+
+def test_deeply_nested_json_is_a_reason_not_a_recursion_error() -> None:
+    # Issue #20: json.loads raises RecursionError (not ValueError) and every reconcile failed.
+    text = "[" * 30_000 + "]" * 30_000
+    result = decode_budget(text)
+    assert isinstance(result, BudgetRejection) and result.problem is BudgetProblem.MALFORMED
+    deep = '{"a":' * 10_000 + "1" + "}" * 10_000
+    result = decode_budget(deep)
+    assert isinstance(result, BudgetRejection) and result.problem is BudgetProblem.MALFORMED
+    assert isinstance(parse_budget(deep, NOW), str)
+
+
+def test_oversized_annotation_is_rejected_unread() -> None:
+    result = decode_budget(" " * MAX_ANNOTATION_BYTES + "{}")
+    assert isinstance(result, BudgetRejection) and result.problem is BudgetProblem.TOO_LARGE
 
 
 def test_budget_from_the_future_is_rejected() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from pydantic import AwareDatetime, ConfigDict, Field, ValidationError
 
@@ -148,44 +149,125 @@ class PlanningBudget(ProbeModel):
     reason: str
 
 
+MAX_ANNOTATION_BYTES = 64 * 1024
+"""Larger budget annotations are rejected unread. A real budget is a few hundred bytes per GPU and
+per process (eight GPUs with dozens of processes each stay far below this); the bound keeps one
+bad node from costing every reconcile a large parse."""
+
+
+class BudgetProblem(StrEnum):
+    """Why a budget annotation was ignored (one Event per node and problem)."""
+
+    ABSENT = "Absent"
+    TOO_LARGE = "TooLarge"
+    MALFORMED = "Malformed"
+    STALE = "Stale"
+    FROM_THE_FUTURE = "FromTheFuture"
+    NVML_ERROR = "NvmlError"
+
+
+class BudgetRejection(ProbeModel):
+    """An annotation the planner must ignore: the problem and a stable sentence for an Event.
+
+    The message depends only on the annotation's content, never on the current time, so repeated
+    reconciles produce the same text (Events and conditions de-duplicate on it).
+    """
+
+    problem: BudgetProblem
+    message: str
+
+
+def decode_budget(annotation_text: str | None) -> GpuBudget | BudgetRejection:
+    """The budget in an annotation's text, or why it cannot be read (time-independent).
+
+    Every failure of the untrusted text is contained here, including RecursionError from deeply
+    nested JSON, so one node's annotation can never fail a reconcile.
+    """
+    if annotation_text is None or not annotation_text.strip():
+        return BudgetRejection(
+            problem=BudgetProblem.ABSENT,
+            message=f"annotation {GPU_BUDGET_ANNOTATION} is absent or empty",
+        )
+    size = len(annotation_text.encode())
+    if size > MAX_ANNOTATION_BYTES:
+        return BudgetRejection(
+            problem=BudgetProblem.TOO_LARGE,
+            message=(
+                f"annotation {GPU_BUDGET_ANNOTATION} is too large: {size} bytes "
+                f"(accepted up to {MAX_ANNOTATION_BYTES})"
+            ),
+        )
+    try:
+        raw = json.loads(annotation_text)
+    except (ValueError, RecursionError) as exc:
+        detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        return BudgetRejection(
+            problem=BudgetProblem.MALFORMED,
+            message=f"annotation {GPU_BUDGET_ANNOTATION} is malformed: not JSON ({detail})",
+        )
+    try:
+        return GpuBudget.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path = ".".join(str(part) for part in first["loc"]) or "(root)"
+        return BudgetRejection(
+            problem=BudgetProblem.MALFORMED,
+            message=(
+                f"annotation {GPU_BUDGET_ANNOTATION} is malformed: {path}: {first['msg']} "
+                f"({exc.error_count()} error(s))"
+            ),
+        )
+    except (RecursionError, TypeError) as exc:
+        return BudgetRejection(
+            problem=BudgetProblem.MALFORMED,
+            message=f"annotation {GPU_BUDGET_ANNOTATION} is malformed: {type(exc).__name__}",
+        )
+
+
+def check_budget(
+    budget: GpuBudget, now: datetime, max_age: timedelta = DEFAULT_MAX_AGE
+) -> BudgetReading | BudgetRejection:
+    """A decoded budget that is fresh and error-free, or why not (messages carry no clock)."""
+    age = now - budget.observed_at
+    observed = budget.observed_at.isoformat()
+    if age > max_age:
+        return BudgetRejection(
+            problem=BudgetProblem.STALE,
+            message=(
+                f"annotation {GPU_BUDGET_ANNOTATION} is stale: observed at {observed} "
+                f"(accepted up to {max_age.total_seconds():.0f}s old)"
+            ),
+        )
+    if -age > MAX_CLOCK_SKEW:
+        return BudgetRejection(
+            problem=BudgetProblem.FROM_THE_FUTURE,
+            message=(
+                f"annotation {GPU_BUDGET_ANNOTATION} was observed at {observed}, in the future "
+                f"(node clock skew above {MAX_CLOCK_SKEW.total_seconds():.0f}s)"
+            ),
+        )
+    if budget.error is not None:
+        return BudgetRejection(
+            problem=BudgetProblem.NVML_ERROR,
+            message=f"probe on node {budget.node} could not read NVML: {budget.error}",
+        )
+    return BudgetReading(budget=budget, age_seconds=max(age.total_seconds(), 0.0))
+
+
 def parse_budget(
     annotation_text: str | None, now: datetime, max_age: timedelta = DEFAULT_MAX_AGE
 ) -> BudgetReading | str:
     """The budget in a node annotation, or why it must be ignored (a sentence for an Event).
 
-    Rejected: absent, not JSON, not the schema (the first offending field path is named), observed
-    more than `max_age` ago or more than MAX_CLOCK_SKEW in the future, or carrying an NVML error.
+    Rejected: absent, larger than MAX_ANNOTATION_BYTES, not JSON (including nesting too deep to
+    decode), not the schema (the first offending field path is named), observed more than
+    `max_age` ago or more than MAX_CLOCK_SKEW in the future, or carrying an NVML error.
     """
-    if annotation_text is None or not annotation_text.strip():
-        return f"annotation {GPU_BUDGET_ANNOTATION} is absent or empty"
-    try:
-        raw = json.loads(annotation_text)
-    except ValueError as exc:
-        return f"annotation {GPU_BUDGET_ANNOTATION} is malformed: not JSON ({exc})"
-    try:
-        budget = GpuBudget.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        path = ".".join(str(part) for part in first["loc"]) or "(root)"
-        return (
-            f"annotation {GPU_BUDGET_ANNOTATION} is malformed: {path}: {first['msg']} "
-            f"({exc.error_count()} error(s))"
-        )
-    age = now - budget.observed_at
-    if age > max_age:
-        return (
-            f"annotation {GPU_BUDGET_ANNOTATION} is stale: observed at "
-            f"{budget.observed_at.isoformat()}, {age.total_seconds():.0f}s ago "
-            f"(accepted up to {max_age.total_seconds():.0f}s)"
-        )
-    if -age > MAX_CLOCK_SKEW:
-        return (
-            f"annotation {GPU_BUDGET_ANNOTATION} was observed {-age.total_seconds():.0f}s in the "
-            f"future (node clock skew above {MAX_CLOCK_SKEW.total_seconds():.0f}s)"
-        )
-    if budget.error is not None:
-        return f"probe on node {budget.node} could not read NVML: {budget.error}"
-    return BudgetReading(budget=budget, age_seconds=max(age.total_seconds(), 0.0))
+    decoded = decode_budget(annotation_text)
+    if isinstance(decoded, BudgetRejection):
+        return decoded.message
+    checked = check_budget(decoded, now, max_age)
+    return checked.message if isinstance(checked, BudgetRejection) else checked
 
 
 def _split_processes(

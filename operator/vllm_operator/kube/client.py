@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from vllm_operator.api.service import FIELD_MANAGER, GROUP, PLURAL, VERSION
 from vllm_operator.kube.gateway import (
+    API_VERSIONS,
     ConflictError,
     EventRecord,
     GatewayError,
@@ -27,6 +28,7 @@ from vllm_operator.kube.gateway import (
 log = logging.getLogger(__name__)
 
 APPLY = "application/apply-patch+yaml"
+_API_VERSIONS_BY_KIND: dict[str, str] = {str(k): v for k, v in API_VERSIONS.items()}
 
 
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
@@ -215,17 +217,20 @@ class ApiGateway:
 
     def emit_event(self, event: EventRecord) -> None:
         now = datetime.now(UTC)
+        namespace = event.namespace or "default"
+        involved: dict[str, str] = {
+            "apiVersion": _API_VERSIONS_BY_KIND.get(event.kind, f"{GROUP}/{VERSION}"),
+            "kind": event.kind,
+            "name": event.name,
+            "uid": event.uid,
+        }
+        if event.namespace:
+            involved["namespace"] = event.namespace
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{event.name}.", "namespace": event.namespace},
-            "involvedObject": {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "VLLMService",
-                "name": event.name,
-                "namespace": event.namespace,
-                "uid": event.uid,
-            },
+            "metadata": {"generateName": f"{event.name}.", "namespace": namespace},
+            "involvedObject": involved,
             "type": event.type,
             "reason": event.reason,
             "message": event.message[:1024],
@@ -237,7 +242,7 @@ class ApiGateway:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(event.namespace, body)  # type: ignore[arg-type]
+            self.core.create_namespaced_event(namespace, body)  # type: ignore[arg-type]
         except ApiException as exc:  # an Event is best effort: never fail a reconcile for it
             log.warning("Failed to record event reason=%s status=%s", event.reason, exc.status)
 

@@ -40,7 +40,10 @@ API_VERSIONS: dict[Kind, str] = {
 
 @dataclass(frozen=True)
 class EventRecord:
-    """A Kubernetes Event about a VLLMService."""
+    """A Kubernetes Event about a VLLMService (or, with `kind`, another object such as a Node).
+
+    For a cluster-scoped object `namespace` is empty: the Event itself is stored in `default`.
+    """
 
     namespace: str
     name: str
@@ -48,6 +51,7 @@ class EventRecord:
     type: str  # Normal | Warning
     reason: str
     message: str
+    kind: str = "VLLMService"
 
 
 class GatewayError(Exception):

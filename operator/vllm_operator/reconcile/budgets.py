@@ -8,26 +8,71 @@ candidate over all fresh nodes of its product. Stale or malformed annotations ar
 reason is reported so the controller can emit an Event; they never fail a reconcile.
 """
 
-from collections.abc import Collection, Mapping
+import threading
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from vllm_operator.api.probe import (
     GPU_BUDGET_ANNOTATION,
     BudgetReading,
+    BudgetRejection,
+    GpuBudget,
     GpuDevice,
-    parse_budget,
+    check_budget,
+    decode_budget,
     planning_budget,
 )
 from vllm_operator.reconcile.inventory import LABEL_PRODUCT
 
 
+@dataclass(frozen=True)
+class IgnoredBudget:
+    """A node whose annotation the planner ignored, with its GPU product (to scope the note)."""
+
+    product: str
+    rejection: BudgetRejection
+
+
 @dataclass
 class MeasuredBudgets:
-    """Usable MiB per GPU product, and the annotations that had to be ignored (node -> reason)."""
+    """Usable MiB per GPU product, and the annotations that had to be ignored (node -> why)."""
 
     usable_mib: dict[str, float] = field(default_factory=dict)
-    ignored: dict[str, str] = field(default_factory=dict)
+    ignored: dict[str, IgnoredBudget] = field(default_factory=dict)
+
+
+class BudgetCache:
+    """Decoded budget annotations per node, parsed once per change of the annotation's text.
+
+    Why: every reconcile of every service reads every GPU node; re-parsing a large annotation each
+    time multiplied its cost by the number of services. The key is the text itself (a string
+    comparison, cheaper than any parse); freshness depends on the clock and is checked per call.
+    Thread-safe: Kopf runs reconciles on a worker pool.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[str, GpuBudget | BudgetRejection]] = {}
+        self._guard = threading.Lock()
+        self.decodes = 0
+
+    def decode(self, node: str, text: str) -> GpuBudget | BudgetRejection:
+        with self._guard:
+            cached = self._entries.get(node)
+            if cached is not None and cached[0] == text:
+                return cached[1]
+        decoded = decode_budget(text)
+        with self._guard:
+            self._entries[node] = (text, decoded)
+            self.decodes += 1
+        return decoded
+
+    def retain(self, nodes: Iterable[str]) -> None:
+        """Forget nodes that are gone (the cache never outgrows the node list)."""
+        keep = set(nodes)
+        with self._guard:
+            for name in set(self._entries) - keep:
+                del self._entries[name]
 
 
 def _held_by_other_pod(gpu: GpuDevice, own_pod_uids: Collection[str]) -> bool:
@@ -52,24 +97,28 @@ def measured_budgets(
     nodes: list[dict[str, object]],
     now: datetime,
     own_pod_uids: Collection[str] = (),
+    cache: BudgetCache | None = None,
 ) -> MeasuredBudgets:
     """The tightest usable GPU memory per product over nodes with a fresh probe budget."""
     out = MeasuredBudgets()
+    decoder = cache if cache is not None else BudgetCache()
     for node in nodes:
         meta = node.get("metadata")
         if not isinstance(meta, Mapping):
             continue
         annotations = meta.get("annotations") or {}
         labels = meta.get("labels") or {}
-        assert isinstance(annotations, Mapping) and isinstance(labels, Mapping)
+        if not isinstance(annotations, Mapping) or not isinstance(labels, Mapping):
+            continue
         text = annotations.get(GPU_BUDGET_ANNOTATION)
         product = labels.get(LABEL_PRODUCT)
         if text is None or not isinstance(product, str):
             continue
-        reading = parse_budget(str(text), now)
         name = str(meta.get("name", ""))
-        if isinstance(reading, str):
-            out.ignored[name] = reading
+        decoded = decoder.decode(name, str(text))
+        reading = decoded if isinstance(decoded, BudgetRejection) else check_budget(decoded, now)
+        if isinstance(reading, BudgetRejection):
+            out.ignored[name] = IgnoredBudget(product=product, rejection=reading)
             continue
         usable = _node_usable(reading, product.upper().endswith("-SHARED"), own_pod_uids)
         if usable is None:

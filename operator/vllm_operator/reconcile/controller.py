@@ -36,7 +36,7 @@ from vllm_operator.kube.gateway import (
     Obj,
 )
 from vllm_operator.metrics import operator_metrics as m
-from vllm_operator.reconcile.budgets import MeasuredBudgets, measured_budgets
+from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.diff import needs_apply
 from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
 from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
@@ -111,7 +111,10 @@ class Controller:
         # (namespace, name) -> canonical GPU labels the service allows (for node triggers).
         self._gpu_index: dict[tuple[str, str], set[str]] = {}
         self._node_fingerprints: dict[str, tuple[Any, ...]] = {}
-        self._budget_warnings: dict[tuple[str, str], dict[str, str]] = {}
+        # Probe annotations: decoded once per change, one Warning per (node, problem) on the node.
+        self._budget_cache = BudgetCache()
+        self._budget_events: dict[str, str] = {}
+        self._budget_events_guard = threading.Lock()
 
     # ----------------------------------------------------------------------------- triggers
 
@@ -122,7 +125,6 @@ class Controller:
     def forget(self, namespace: str, name: str) -> None:
         """The service is gone; its children go through owner references."""
         self._gpu_index.pop((namespace, name), None)
-        self._budget_warnings.pop((namespace, name), None)
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
 
@@ -249,6 +251,7 @@ class Controller:
         groups = group_gpu_nodes(nodes)
         budgets = self._budgets(service, nodes, now, outcome)
         pools = plan_pools(prepared, groups, budgets.usable_mib, old_status.overrides)
+        budget_note = _budget_note(service, budgets)
 
         desired_names = set()
         for pool in pools:
@@ -278,7 +281,7 @@ class Controller:
                     (d for d in existing if d["metadata"]["name"] == pool.deployment_name), None
                 )
 
-        status = _service_status(service, old_status, pools, now, generation)
+        status = _service_status(service, old_status, pools, now, generation, budget_note)
         self._write_status(body, old_status, status, outcome, service)
         for pool in pools:
             m.PLANS.labels(pool.gpu_type, str(pool.feasible).lower()).set(1)
@@ -301,7 +304,11 @@ class Controller:
     def _budgets(
         self, service: VLLMService, nodes: list[Obj], now: datetime, outcome: Outcome
     ) -> MeasuredBudgets:
-        """Probe budgets for the allowed products; ignored annotations get one Warning each."""
+        """Probe budgets from the node annotations (decoded once per change, never raising).
+
+        An ignored annotation gets one Warning Event on its Node per (node, problem), however many
+        services reconcile; the services that could use that GPU type carry a note in status.
+        """
         if not any(
             GPU_BUDGET_ANNOTATION in ((n.get("metadata") or {}).get("annotations") or {})
             for n in nodes
@@ -309,18 +316,50 @@ class Controller:
             return MeasuredBudgets()
         pods = self.gw.list_pods(service.namespace, selector_labels(service.name))
         own = [str((p.get("metadata") or {}).get("uid", "")) for p in pods]
-        budgets = measured_budgets(nodes, now, own)
-        key = (service.namespace, service.name)
-        warned = self._budget_warnings.setdefault(key, {})
-        for node, reason in budgets.ignored.items():
-            if warned.get(node) != reason:
-                warned[node] = reason
-                self._event(
-                    service, "Warning", "ProbeBudgetIgnored", f"Node {node}: {reason}", outcome
-                )
-        for node in set(warned) - set(budgets.ignored):
-            del warned[node]
+        budgets = measured_budgets(nodes, now, own, cache=self._budget_cache)
+        names = [str((n.get("metadata") or {}).get("name", "")) for n in nodes]
+        self._budget_cache.retain(names)
+        uids = {
+            str((n.get("metadata") or {}).get("name", "")): str(
+                (n.get("metadata") or {}).get("uid", "")
+            )
+            for n in nodes
+        }
+        with self._budget_events_guard:
+            fresh = {
+                node: ignored
+                for node, ignored in budgets.ignored.items()
+                if self._budget_events.get(node) != ignored.rejection.problem
+            }
+            for node, ignored in fresh.items():
+                self._budget_events[node] = ignored.rejection.problem
+            for node in set(self._budget_events) - set(budgets.ignored):
+                del self._budget_events[node]
+        for node, ignored in sorted(fresh.items()):
+            self._node_event(
+                node,
+                uids.get(node, ""),
+                "ProbeBudgetIgnored",
+                f"Ignored the probe budget of node {node} ({ignored.rejection.problem}): "
+                f"{ignored.rejection.message}",
+                outcome,
+            )
         return budgets
+
+    def _node_event(self, node: str, uid: str, reason: str, message: str, outcome: Outcome) -> None:
+        self.gw.emit_event(
+            EventRecord(
+                namespace="",
+                name=node,
+                uid=uid,
+                type="Warning",
+                reason=reason,
+                message=message,
+                kind=Kind.NODE,
+            )
+        )
+        m.API_WRITES.labels("event").inc()
+        outcome.events.append(reason)
 
     def _prune(
         self, service: VLLMService, owned: list[Obj], desired: set[str], outcome: Outcome
@@ -485,12 +524,26 @@ def _rollout_done(pool: PoolOutcome) -> bool:
     )
 
 
+def _budget_note(service: VLLMService, budgets: MeasuredBudgets) -> str:
+    """A stable note for the Feasible condition: ignored probe budgets of GPU types it allows."""
+    allowed = {canonical_label(g) for g in service.spec.placement.gpu_types}
+    hit = sorted(
+        f"{node} ({ignored.rejection.problem})"
+        for node, ignored in budgets.ignored.items()
+        if canonical_label(ignored.product) in allowed
+    )
+    if not hit:
+        return ""
+    return "; probe budget ignored on " + ", ".join(hit) + ", planned from node labels"
+
+
 def _service_status(
     service: VLLMService,
     old: VLLMServiceStatus,
     pools: list[PoolOutcome],
     now: datetime,
     generation: Any,
+    budget_note: str = "",
 ) -> VLLMServiceStatus:
     pool_status: list[PoolStatus] = []
     desired_total = ready_total = 0
@@ -518,15 +571,15 @@ def _service_status(
     ready_cond: tuple[ConditionStatus, str, str]
     degraded: tuple[ConditionStatus, str, str]
     if planned and not infeasible:
-        feasible = ("True", "AllPoolsPlanned", _plan_summary(service, planned))
+        feasible = ("True", "AllPoolsPlanned", _plan_summary(service, planned) + budget_note)
     elif planned:
         feasible = (
             "True",
             "SomePoolsInfeasible",
-            _plan_summary(service, planned) + "; " + _join(infeasible),
+            _plan_summary(service, planned) + "; " + _join(infeasible) + budget_note,
         )
     elif infeasible:
-        feasible = ("False", "Infeasible", _join(infeasible))
+        feasible = ("False", "Infeasible", _join(infeasible) + budget_note)
     else:
         feasible = ("True", "AwaitingNodes", "No allowed GPU type has nodes yet")
 
