@@ -590,6 +590,18 @@ class LocalCluster:
         with contextlib.suppress(FileNotFoundError):
             (self.state_dir / STATE_FILE).unlink()
 
+    def stop_apiserver(self) -> None:
+        """Stop the kube-apiserver only (fault injection: an API-server outage)."""
+        for comp in [c for c in self.components if c.name == "kube-apiserver"]:
+            self._stop(comp)
+            self.components.remove(comp)
+        self._save_state()
+
+    def start_apiserver(self) -> None:
+        """Start the kube-apiserver again on the same port, etcd's data intact; wait for /readyz."""
+        assert self.binaries is not None, "the cluster was not started by this process"
+        self._start_apiserver(self.binaries)
+
     def stop_stale(self) -> None:
         """Stops processes a previous, crashed run left behind in this state directory."""
         if (self.state_dir / STATE_FILE).exists() and not self.components:

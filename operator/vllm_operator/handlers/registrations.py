@@ -22,6 +22,13 @@ _state: dict[str, Any] = {}
 # decides when it really runs.
 TIMER_SECONDS = 5.0
 
+# Kopf retries a failed API request (a watch included) with these pauses. Its default
+# (1, 1, 2, 3, 5, 8, 13, 21) sleeps up to 21 s between attempts, so after an API-server outage a
+# change could wait that long to be seen. A flat 2 s keeps the lag after recovery at about 2 s and
+# retries for 30 minutes before Kopf gives up on the request.
+API_ERROR_BACKOFFS = (0.5, 1.0, 1.0) + (2.0,) * 900
+WATCH_CONNECT_TIMEOUT = 5.0
+
 
 def install(
     controller: Controller, connection: dict[str, Any] | None = None, in_cluster: bool = False
@@ -59,7 +66,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.execution.max_workers = 16
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = WATCH_CONNECT_TIMEOUT
+    settings.watching.reconnect_backoff = 0.5
     settings.networking.request_timeout = 60
+    settings.networking.connect_timeout = WATCH_CONNECT_TIMEOUT
+    settings.networking.error_backoffs = API_ERROR_BACKOFFS
 
 
 def _reconcile(namespace: str, name: str) -> None:

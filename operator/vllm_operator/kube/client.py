@@ -6,12 +6,15 @@ someone edited an operator-owned field by hand, which the operator must win to s
 """
 
 import base64
+import functools
 import json
 import logging
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -23,6 +26,7 @@ from vllm_operator.kube.gateway import (
     GatewayError,
     Kind,
     Obj,
+    UnavailableError,
 )
 
 log = logging.getLogger(__name__)
@@ -31,18 +35,63 @@ APPLY = "application/apply-patch+yaml"
 _API_VERSIONS_BY_KIND: dict[str, str] = {str(k): v for k, v in API_VERSIONS.items()}
 
 
+REQUEST_TIMEOUT = (5.0, 30.0)
+"""(connect, read) seconds for every API call that does not set its own. Without it a call to an
+API server that accepts the connection but never answers (a half-dead load balancer, a stopped
+process behind a live port) blocks a worker thread forever."""
+
+RETRIES = 1
+"""urllib3 retries per call. Reconcile-level retry (with the controller's backoff) is the one that
+matters; stacked transport retries only lengthen each failed attempt."""
+
+# What the transport raises when the API server cannot be reached (refused, reset, timed out,
+# a TLS handshake failing); the client lets these escape as they are.
+_TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+
+
+def guard_transport(
+    api_client: client.ApiClient, timeout: tuple[float, float] = REQUEST_TIMEOUT
+) -> client.ApiClient:
+    """Make every transport failure an `ApiException(status=0)` and give every call a timeout.
+
+    The kubernetes client raises urllib3's own exceptions (MaxRetryError, ProtocolError,
+    ReadTimeoutError) for a connection failure, but ApiException for an HTTP answer; one seam here
+    means every gateway method's `except ApiException` also covers "API server down", which
+    `_wrap` then turns into a retryable `UnavailableError`: one log line, no traceback.
+    """
+    rest = api_client.rest_client
+    if getattr(rest.request, "_vllm_operator_guarded", False):
+        return api_client
+    original: Callable[..., Any] = rest.request
+
+    @functools.wraps(original)
+    def request(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = timeout
+        try:
+            return original(*args, **kwargs)
+        except _TRANSPORT_ERRORS as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise ApiException(status=0, reason=f"{type(exc).__name__}: {reason}") from exc
+
+    request._vllm_operator_guarded = True  # type: ignore[attr-defined]
+    setattr(rest, "request", request)  # noqa: B010 (mypy: method-assign)
+    return api_client
+
+
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
     """An ApiClient from the in-cluster service account, else from a kubeconfig file."""
     configuration = client.Configuration()
     # One connection per Kopf worker thread (settings.execution.max_workers) plus headroom.
     configuration.connection_pool_maxsize = 20
+    configuration.retries = RETRIES
     try:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=kubeconfig, client_configuration=configuration
         )
-    return client.ApiClient(configuration)
+    return guard_transport(client.ApiClient(configuration))
 
 
 def connection_info(api_client: client.ApiClient) -> dict[str, Any]:
@@ -78,17 +127,27 @@ def _selector(labels: dict[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
+_UNAVAILABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
 def _wrap(exc: ApiException, what: str) -> GatewayError:
     status = int(exc.status) if exc.status else None
+    if status is None:
+        first = str(exc.reason).splitlines()[0] if exc.reason else "no response"
+        return UnavailableError(f"{what} failed: API server unreachable: {first[:300]}", None)
     text = f"{what} failed: {exc.status} {exc.reason}"
-    return ConflictError(text, status) if status == 409 else GatewayError(text, status)
+    if status == 409:
+        return ConflictError(text, status)
+    if status in _UNAVAILABLE_STATUSES:
+        return UnavailableError(text, status)
+    return GatewayError(text, status)
 
 
 class ApiGateway:
     """KubeGateway backed by a kube-apiserver."""
 
     def __init__(self, api_client: client.ApiClient) -> None:
-        self.api = api_client
+        self.api = guard_transport(api_client)
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)

@@ -66,6 +66,11 @@ class ConflictError(GatewayError):
     """Optimistic-concurrency or field-manager conflict: retry with a fresh read."""
 
 
+class UnavailableError(GatewayError):
+    """The API server could not answer: connection refused or reset, a timeout, a TLS failure, a
+    5xx or 429. Always transient from the operator's point of view: retry after the backoff."""
+
+
 class KubeGateway(Protocol):
     """What the reconcile loop needs from the Kubernetes API."""
 

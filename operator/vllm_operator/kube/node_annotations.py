@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vllm_operator.api.probe import ContainerRef
-from vllm_operator.kube.client import load_config
+from vllm_operator.kube.client import guard_transport, load_config
 from vllm_operator.kube.gateway import GatewayError
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class NodeAnnotations:
     """AnnotationPublisher on the API server (RBAC: get + patch on nodes)."""
 
     def __init__(self, api_client: client.ApiClient) -> None:
-        self.core = client.CoreV1Api(api_client)
+        self.core = client.CoreV1Api(guard_transport(api_client))
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None) -> NodeAnnotations:
@@ -66,7 +66,7 @@ class NodePods:
     """
 
     def __init__(self, api_client: client.ApiClient, node_name: str) -> None:
-        self.core = client.CoreV1Api(api_client)
+        self.core = client.CoreV1Api(guard_transport(api_client))
         self.node_name = node_name
         self._lock = threading.Lock()
         self._known: dict[str, ContainerRef] = {}
