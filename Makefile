@@ -41,6 +41,7 @@ typecheck: $(STAMP) ## Run mypy --strict on operator/ (and the test trees)
 generate: $(STAMP) ## Regenerate the CRDs (crds/, charts/vllm-operator/crds/) and other generated files
 	$(BIN)/vllm-operator crd -d crds -d charts/vllm-operator/crds
 	$(BIN)/vllm-operator docs crd-reference -o docs/crd-reference.md
+	$(BIN)/python hack/rbac_table.py --write
 	cp deploy/prometheus/vllm-operator.rules.yaml charts/vllm-operator/files/vllm-operator.rules.yaml
 	cp deploy/grafana/vllm-operator-dashboard.json charts/vllm-operator/files/vllm-operator-dashboard.json
 
@@ -52,6 +53,7 @@ verify: $(STAMP) ## Regenerate into a temporary copy and fail on any difference 
 	  diff -u "$$f" "$$tmp/$(CRD_FILE)" || { echo "$$f is out of date: run 'make generate'"; status=1; }; \
 	done; \
 	$(BIN)/vllm-operator docs crd-reference | diff -u docs/crd-reference.md - || { echo "docs/crd-reference.md is out of date: run 'make generate'"; status=1; }; \
+	$(BIN)/python hack/rbac_table.py --check || status=1; \
 	diff -u deploy/prometheus/vllm-operator.rules.yaml charts/vllm-operator/files/vllm-operator.rules.yaml || { echo "the chart's copy of the Prometheus rules is out of date: run 'make generate'"; status=1; }; \
 	diff -u deploy/grafana/vllm-operator-dashboard.json charts/vllm-operator/files/vllm-operator-dashboard.json || { echo "the chart's copy of the Grafana dashboard is out of date: run 'make generate'"; status=1; }; \
 	exit $$status

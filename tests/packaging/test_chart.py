@@ -4,6 +4,7 @@ schema validation, least-privilege RBAC from the one rules file, hardened pods, 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,38 @@ def test_helm_lint_strict(helm: Path, sets: tuple[str, ...]) -> None:
     done = run_helm(helm, *args)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 chart(s) failed" in done.stdout
+
+
+def test_helm_template_and_lint_work_without_kube_version(helm: Path) -> None:
+    """Issue #20: `kubeVersion` in Chart.yaml failed every offline render (Helm assumes v1.20)."""
+    done = run_helm(helm, "template", "rel", str(CHART))
+    assert done.returncode == 0, done.stderr
+    assert any(d and d["kind"] == "Deployment" for d in yaml.safe_load_all(done.stdout))
+    lint = run_helm(helm, "lint", str(CHART), "--strict")
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_notes_print_a_real_crd_url(helm: Path, tmp_path: Path) -> None:
+    """NOTES.txt printed `https://.../crds/...`. Rendered here through a copy of the chart that
+    turns the notes into a ConfigMap (helm template never renders NOTES.txt)."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "NOTES.txt").rename(chart / "files" / "NOTES.tpl")
+    (chart / "templates" / "notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: |\n"
+        '{{ tpl (.Files.Get "files/NOTES.tpl") . | indent 4 }}\n'
+    )
+    done = run_helm(helm, "template", "rel", str(chart), "-n", "ops")
+    assert done.returncode == 0, done.stderr
+    notes = one([d for d in yaml.safe_load_all(done.stdout) if d], "ConfigMap", "notes")
+    text = notes["data"]["notes"]
+    chart_meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    url = (
+        "https://raw.githubusercontent.com/vllm-operator/vllm-operator/"
+        f"v{chart_meta['appVersion']}/crds/{CRD_NAME}"
+    )
+    assert url in text
+    assert "..." not in text and "helm show crds" in text
 
 
 def test_default_install_renders_the_operator_only(helm: Path) -> None:

@@ -75,3 +75,15 @@ app.kubernetes.io/component: gpu-probe
 {{- define "vllm-operator.rbacRules" -}}
 {{- .Files.Get "files/rbac-rules.yaml" -}}
 {{- end }}
+
+{{/*
+Refuse Kubernetes < 1.27, but only on a live install/upgrade. Offline renders (`helm template`,
+`helm lint`, GitOps tools without cluster access) get Helm's default version (v1.20) and `lookup`
+returns nothing there, so they render; against a cluster the kube-system Namespace exists and the
+real version is checked.
+*/}}
+{{- define "vllm-operator.checkKubeVersion" -}}
+{{- if and (semverCompare "<1.27-0" .Capabilities.KubeVersion.Version) (lookup "v1" "Namespace" "" "kube-system") }}
+{{- fail (printf "vllm-operator needs Kubernetes >= 1.27; this cluster runs %s" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- end }}

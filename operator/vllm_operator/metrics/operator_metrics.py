@@ -4,6 +4,10 @@ Served by `vllm-operator run` on its metrics port; the PrometheusRule's reconcil
 the dashboard read these names.
 """
 
+import threading
+from collections import Counter as Tally
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -34,10 +38,45 @@ API_WRITES = Counter(
 )
 PLANS = Gauge(
     "vllm_operator_pool_plans",
-    "Planned pools by GPU type and feasibility.",
+    "Pools of all VLLMServices by GPU type and feasibility (the latest plan of each service).",
     ["gpu_type", "feasible"],
     registry=REGISTRY,
 )
+
+
+class PoolPlans:
+    """Keeps `vllm_operator_pool_plans` a count of the *current* pools of every service.
+
+    Why: setting a label set to 1 and never clearing it left feasible and infeasible both at 1
+    forever after a plan changed. Each service's latest pools are kept; the gauge is recomputed
+    from them, and label sets no service has any more are removed (no stale series).
+    """
+
+    def __init__(self, gauge: Gauge = PLANS) -> None:
+        self._gauge = gauge
+        self._by_service: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self._exported: set[tuple[str, str]] = set()
+        self._guard = threading.Lock()
+
+    def set(self, service: tuple[str, str], pools: Iterable[tuple[str, bool]]) -> None:
+        with self._guard:
+            self._by_service[service] = [(gpu, str(feasible).lower()) for gpu, feasible in pools]
+            self._export()
+
+    def forget(self, service: tuple[str, str]) -> None:
+        with self._guard:
+            if self._by_service.pop(service, None) is not None:
+                self._export()
+
+    def _export(self) -> None:
+        counts = Tally(labels for pools in self._by_service.values() for labels in pools)
+        for labels in self._exported - set(counts):
+            self._gauge.remove(*labels)
+        for labels, count in counts.items():
+            self._gauge.labels(*labels).set(count)
+        self._exported = set(counts)
+
+
 REMEDIATIONS = Counter(
     "vllm_operator_remediation_actions",
     "Remediation actions by kind and mode (auto applies, recommend only reports).",

@@ -115,6 +115,7 @@ class Controller:
         self._budget_cache = BudgetCache()
         self._budget_events: dict[str, str] = {}
         self._budget_events_guard = threading.Lock()
+        self.pool_plans = m.PoolPlans()
 
     # ----------------------------------------------------------------------------- triggers
 
@@ -125,6 +126,7 @@ class Controller:
     def forget(self, namespace: str, name: str) -> None:
         """The service is gone; its children go through owner references."""
         self._gpu_index.pop((namespace, name), None)
+        self.pool_plans.forget((namespace, name))
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
 
@@ -283,8 +285,7 @@ class Controller:
 
         status = _service_status(service, old_status, pools, now, generation, budget_note)
         self._write_status(body, old_status, status, outcome, service)
-        for pool in pools:
-            m.PLANS.labels(pool.gpu_type, str(pool.feasible).lower()).set(1)
+        self.pool_plans.set((namespace, name), [(p.gpu_type, p.feasible) for p in pools])
         return outcome
 
     # ------------------------------------------------------------------------------- helpers
