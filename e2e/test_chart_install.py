@@ -242,6 +242,12 @@ def test_every_rule_is_granted_and_nothing_more(install: Install, cluster: Clust
                     verb,
                     res,
                 )
+    for group in ("hubTokens", "nodeEvents"):
+        where = "default" if group == "nodeEvents" else ns
+        for rule in RULES[group]:
+            for verb in rule["verbs"]:
+                for res in rule["resources"]:
+                    assert can(kube, install, verb, res, "", where), (group, verb, res)
     denied = [
         ("list", "secrets", "", ns, ""),
         ("watch", "secrets", "", ns, ""),
@@ -430,3 +436,42 @@ def test_probe_token_may_only_annotate_its_own_node(cluster: Cluster, tmp_path: 
             timeout=120,
         )
         kube.delete(f"/api/v1/namespaces/{home}")
+
+
+def test_workload_policy_denies_the_operator_token_outside_allowed_namespaces(
+    install: Install, cluster: Cluster
+) -> None:
+    """Issue #20 (defect 11): cluster-wide the ServiceAccount could write Deployments in every
+    namespace, kube-system included. RBAC cannot narrow a ClusterRole by namespace; the chart's
+    ValidatingAdmissionPolicy does, for this ServiceAccount only (dry-run writes: admission runs,
+    nothing is stored)."""
+    if install.namespaced:
+        pytest.skip("namespaced installs have no write access outside the watched namespaces")
+    sa = Kube(install.kubeconfig)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "policy-probe", "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {
+                "metadata": {"labels": {"app": "x"}},
+                "spec": {"containers": [{"name": "x", "image": "registry.k8s.io/pause:3.10"}]},
+            },
+        },
+    }
+
+    def refused() -> str | None:
+        try:
+            sa.create(deployment, dry_run=True)
+        except ApiError as err:
+            return str(err) if "may not write workloads" in str(err) else None
+        return None
+
+    try:
+        message = wait_for(refused, timeout=30, what="the policy to refuse kube-system")
+        assert "kube-system" in message
+        allowed = dict(deployment, metadata={"name": "policy-probe", "namespace": install.watched})
+        sa.create(allowed, dry_run=True)  # a served namespace stays writable
+    finally:
+        sa.close()

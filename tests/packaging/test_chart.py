@@ -109,7 +109,15 @@ def test_notes_print_a_real_crd_url(helm: Path, tmp_path: Path) -> None:
 
 def test_default_install_renders_the_operator_only(helm: Path) -> None:
     kinds = sorted(o["kind"] for o in template(helm))
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+        "ValidatingAdmissionPolicy",  # the operator's workload-namespace policy
+        "ValidatingAdmissionPolicyBinding",
+    ]
 
 
 def test_every_toggle_renders_its_objects(helm: Path) -> None:
@@ -168,7 +176,8 @@ def test_cluster_wide_rbac_is_exactly_the_rules_file(helm: Path) -> None:
     objs = template(helm)
     data = rules_file()
     role = one(objs, "ClusterRole")
-    assert _rules(role) == data["clusterScoped"] + data["namespaceScoped"]
+    assert _rules(role) == data["clusterScoped"] + data["namespaceScoped"] + data["hubTokens"]
+    assert not [o for o in objs if o["kind"] == "Role"]
     binding = one(objs, "ClusterRoleBinding")
     sa = one(objs, "ServiceAccount")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -183,12 +192,14 @@ def test_namespaced_rbac_uses_roles_per_namespace(helm: Path) -> None:
     objs = template(helm, "watchNamespaces={team-a,team-b}")
     data = rules_file()
     assert _rules(one(objs, "ClusterRole")) == data["clusterScoped"] + data["namespaceWatch"]
-    roles = [o for o in objs if o["kind"] == "Role"]
-    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
-    for role in roles:
-        assert _rules(role) == data["namespaceScoped"]
+    roles = {o["metadata"]["namespace"]: o for o in objs if o["kind"] == "Role"}
+    assert sorted(roles) == ["default", "team-a", "team-b"]
+    for ns in ("team-a", "team-b"):
+        assert _rules(roles[ns]) == data["namespaceScoped"] + data["hubTokens"]
+    # Node Events (ignored probe budgets) are stored in `default`: create events there, nothing else.
+    assert _rules(roles["default"]) == data["nodeEvents"]
     bindings = [o for o in objs if o["kind"] == "RoleBinding"]
-    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["default", "team-a", "team-b"]
     args = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
     assert "--all-namespaces" not in args
@@ -200,6 +211,8 @@ def test_rules_file_is_least_privilege() -> None:
     assert set(data) == {
         "clusterScoped",
         "namespaceScoped",
+        "hubTokens",
+        "nodeEvents",
         "namespaceWatch",
         "probe",
         "probePodNames",
@@ -212,11 +225,14 @@ def test_rules_file_is_least_privilege() -> None:
             assert "escalate" not in rule["verbs"] and "bind" not in rule["verbs"]
     grants = {
         (g, r, v)
-        for rule in data["clusterScoped"] + data["namespaceScoped"]
+        for rule in data["clusterScoped"] + data["namespaceScoped"] + data["hubTokens"]
         for g in rule["apiGroups"]
         for r in rule["resources"]
         for v in rule["verbs"]
     }
+    assert data["hubTokens"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+    assert not [r for r in data["namespaceScoped"] if "secrets" in r["resources"]]
+    assert data["nodeEvents"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     assert ("", "secrets", "get") in grants
     assert not {("", "secrets", v) for v in ("list", "watch", "create", "patch", "update")} & grants
     assert not {("", "nodes", v) for v in ("patch", "update", "delete")} & grants
@@ -226,6 +242,59 @@ def test_rules_file_is_least_privilege() -> None:
         "update",
     ) not in grants  # never writes spec
     assert ("", "pods", "delete") not in grants  # remediation evicts, which honours PDBs
+
+
+def _grants(objs: list[Obj]) -> set[tuple[str | None, str, str]]:
+    return {
+        (o["metadata"].get("namespace"), r, v)
+        for o in objs
+        if o["kind"] in ("Role", "ClusterRole") and "probe" not in o["metadata"]["name"]
+        for rule in o["rules"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def test_token_secret_reading_can_be_turned_off(helm: Path) -> None:
+    """Issue #20 (defect 11): cluster-wide, the operator could get every Secret; now a switch."""
+    for sets in ((), ("watchNamespaces={team-a}",)):
+        objs = template(helm, "huggingFace.readTokenSecrets=false", *sets)
+        assert not [g for g in _grants(objs) if g[1] == "secrets"]
+        args = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert "--no-read-token-secrets" in args
+    args = one(template(helm), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-read-token-secrets" not in args
+
+
+def test_token_secrets_only_in_listed_namespaces(helm: Path) -> None:
+    objs = template(helm, "huggingFace.tokenSecretNamespaces={models}")
+    secrets = {g for g in _grants(objs) if g[1] == "secrets"}
+    assert secrets == {("models", "secrets", "get")}  # no cluster-wide Secret get
+    role = one(objs, "Role")
+    assert _rules(role) == rules_file()["hubTokens"]
+    assert one(objs, "RoleBinding")["metadata"]["namespace"] == "models"
+
+
+def test_workload_policy_denies_system_namespaces_and_can_require_labels(helm: Path) -> None:
+    """Deployment writes cluster-wide are restrictable: a ValidatingAdmissionPolicy for the
+    operator's ServiceAccount only (Kubernetes >= 1.30)."""
+    objs = template(helm, "rbac.workloadPolicy.namespaceLabels.vllm-operator\\.dev/workloads=on")
+    policy = one(objs, "ValidatingAdmissionPolicy")
+    spec = policy["spec"]
+    sa = one(objs, "ServiceAccount")["metadata"]["name"]
+    assert f"system:serviceaccount:ops:{sa}" in spec["matchConditions"][0]["expression"]
+    resources = {r for rule in spec["matchConstraints"]["resourceRules"] for r in rule["resources"]}
+    assert {"deployments", "services", "poddisruptionbudgets", "pods"} <= resources
+    exprs = [v["expression"] for v in spec["validations"]]
+    assert '["kube-system","kube-public","kube-node-lease"]' in exprs[0]
+    assert '"vllm-operator.dev/workloads"' in exprs[1] and '== "on"' in exprs[1]
+    binding = one(objs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+    off = template(helm, "rbac.workloadPolicy.enabled=false")
+    assert not [o for o in off if o["kind"] == "ValidatingAdmissionPolicy"]
 
 
 def test_probe_daemonset(helm: Path) -> None:
@@ -258,7 +327,7 @@ def test_probe_daemonset(helm: Path) -> None:
     assert probe_sa != operator_sa
     probe_role = one(objs, "ClusterRole", "rel-vllm-operator-probe")
     assert _rules(probe_role) == rules_file()["probe"]
-    vap = one(objs, "ValidatingAdmissionPolicy")
+    vap = one(objs, "ValidatingAdmissionPolicy", "rel-vllm-operator-probe-own-node")
     assert (
         f"system:serviceaccount:ops:{probe_sa}" in vap["spec"]["matchConditions"][0]["expression"]
     )

@@ -70,7 +70,10 @@ def granted() -> set[Grant]:
     data = yaml.safe_load(RULES.read_text())
     return {
         (g, r, v)
-        for rule in data["clusterScoped"] + data["namespaceScoped"]
+        for rule in data["clusterScoped"]
+        + data["namespaceScoped"]
+        + data["hubTokens"]
+        + data["nodeEvents"]
         for g in rule["apiGroups"]
         for r in rule["resources"]
         for v in rule["verbs"]

@@ -32,6 +32,13 @@ import click
     show_default=True,
     help="Per-pod GPU memory for creep detection: dcgm-exporter, the NVML probe, or none.",
 )
+@click.option(
+    "--read-token-secrets/--no-read-token-secrets",
+    default=True,
+    show_default=True,
+    help="Read the Hub token Secret a VLLMService names (only to fetch a gated model's "
+    "config.json); off: the operator needs no Secret access.",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -41,6 +48,7 @@ def run(
     health_address: str,
     prometheus_url: str | None,
     gpu_memory_metric: str,
+    read_token_secrets: bool,
     verbose: bool,
 ) -> None:
     """Run the operator: reconcile VLLMServices into per-GPU-type vLLM Deployments."""
@@ -63,4 +71,5 @@ def run(
         health_address=health_address,
         prometheus_url=prometheus_url,
         gpu_memory_metric=gpu_memory_metric,
+        read_token_secrets=read_token_secrets,
     )

@@ -6,7 +6,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from vllm_operator.handlers import registrations
-from vllm_operator.hub.resolver import HubArchitectureResolver
+from vllm_operator.hub.resolver import HubArchitectureResolver, NoTokenSecrets, SecretReader
 from vllm_operator.kube.client import ApiGateway, connection_info, in_cluster, load_config
 from vllm_operator.metrics.operator_metrics import REGISTRY
 from vllm_operator.metrics.signals import (
@@ -28,10 +28,12 @@ def run_operator(
     health_address: str,
     prometheus_url: str | None = None,
     gpu_memory_metric: str = "dcgm",
+    read_token_secrets: bool = True,
 ) -> None:
     """Block running the operator until it is stopped."""
     api_client = load_config(kubeconfig)
     gateway = ApiGateway(api_client)
+    secrets: SecretReader = gateway if read_token_secrets else NoTokenSecrets()
     signals = None
     if prometheus_url:
         if gpu_memory_metric == "probe":
@@ -49,7 +51,7 @@ def run_operator(
     registrations.install(
         Controller(
             gateway,
-            HubArchitectureResolver(gateway),
+            HubArchitectureResolver(secrets),
             node_cache_seconds=2.0,
             metrics=signals,
         ),

@@ -24,6 +24,16 @@ class SecretReader(Protocol):
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None: ...
 
 
+class NoTokenSecrets:
+    """A SecretReader that reads nothing: the operator runs without Secret access
+    (`--no-read-token-secrets`, chart value huggingFace.readTokenSecrets=false). Public models and
+    models the catalog knows still resolve; a gated model needs spec.model.architecture."""
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
+        log.debug("Skipped reading token secret=%s/%s (token secrets are off)", namespace, name)
+        return None
+
+
 class HubArchitectureResolver:
     """Resolve architectures for the controller (config.json reads are cached by the source)."""
 

@@ -270,6 +270,13 @@ class ApiGateway:
         except ApiException as exc:
             if exc.status == 404:
                 return None
+            if exc.status == 403:
+                # The chart can limit Secret reads (huggingFace.tokenSecretNamespaces): fetch
+                # without a token rather than retry a denial forever.
+                log.warning(
+                    "Denied reading token secret=%s/%s; fetching without it", namespace, name
+                )
+                return None
             raise _wrap(exc, f"read secret {namespace}/{name}") from exc
         data = (secret.data or {}).get(key)
         return base64.b64decode(data).decode() if data is not None else None
