@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.config import JsonDict
 
 from vllm_operator.api.base import ApiModel
+from vllm_operator.api.security import SecuritySpec
 
 VERSION_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+|\.[0-9]+)?$"
 """An exact vLLM release: X.Y.Z, optionally with a fourth part as PyPI spells it (0.6.6.post1,
@@ -602,4 +603,10 @@ class VLLMServiceSpec(ApiModel):
     rollout: RolloutSpec = Field(
         default_factory=RolloutSpec,
         description="How pools roll out a new plan. Defaults to one pod at a time, no surge.",
+    )
+    security: SecuritySpec = Field(
+        default_factory=SecuritySpec,
+        description="Security context of the vLLM pods. Defaults pass the Pod Security "
+        "'restricted' level: non-root (UID/GID 1000), RuntimeDefault seccomp, no privilege "
+        "escalation, every capability dropped.",
     )

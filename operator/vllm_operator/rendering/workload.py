@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vllm_operator.api.security import container_security_context, pod_security_context
 from vllm_operator.api.service import API_VERSION, KIND, VLLMService
 from vllm_operator.rendering.names import (
     ANNOTATION_GPU_TYPE,
@@ -31,6 +32,7 @@ Obj = dict[str, Any]
 
 PORT = 8000
 MODEL_CACHE_PATH = "/models-cache"
+HOME_PATH = "/home/vllm"
 PVC_MOUNT_PATH = "/models"
 
 # Startup budget: vLLM's HTTP server (and /health) only answers after download, weight loading,
@@ -68,6 +70,7 @@ def plan_hash(service: VLLMService, pool: PoolRender) -> str:
         "gpus": [pool.gpu_resource, pool.gpus_per_replica],
         "env": [e.to_wire() for e in service.spec.vllm.env],
         "source": service.spec.model.source.to_wire(),
+        "security": service.spec.security.to_wire(),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -106,6 +109,11 @@ def _env(service: VLLMService) -> list[Obj]:
         # Fewer fragmentation OOMs on long-running servers (vLLM does not set it itself).
         {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"},
         {"name": "HF_HOME", "value": MODEL_CACHE_PATH},
+        # The pod runs as a non-root UID the image has no passwd entry for: a writable HOME for
+        # vLLM's, Triton's and torch.compile's caches, and USER so getpass.getuser() needs no
+        # passwd lookup (torch's inductor cache path calls it).
+        {"name": "HOME", "value": HOME_PATH},
+        {"name": "USER", "value": "vllm"},
     ]
     hf = service.spec.model.source.hugging_face
     if hf is not None and hf.token_secret_ref is not None:
@@ -128,8 +136,11 @@ def _env(service: VLLMService) -> list[Obj]:
 
 
 def _volumes(service: VLLMService, pool: PoolRender) -> tuple[list[Obj], list[Obj]]:
-    volumes: list[Obj] = [{"name": "model-cache", "emptyDir": {}}]
-    mounts: list[Obj] = [{"name": "model-cache", "mountPath": MODEL_CACHE_PATH}]
+    volumes: list[Obj] = [{"name": "model-cache", "emptyDir": {}}, {"name": "home", "emptyDir": {}}]
+    mounts: list[Obj] = [
+        {"name": "model-cache", "mountPath": MODEL_CACHE_PATH},
+        {"name": "home", "mountPath": HOME_PATH},
+    ]
     pvc = service.spec.model.source.pvc
     if pvc is not None:
         volumes.append(
@@ -211,7 +222,7 @@ def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
         },
         "volumeMounts": mounts,
         **_probes(pool),
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": container_security_context(service.spec.security),
     }
     rollout = service.spec.rollout
     return {
@@ -242,7 +253,7 @@ def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
                     "terminationGracePeriodSeconds": 60,
                     "nodeSelector": node_selector,
                     "tolerations": tolerations,
-                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "securityContext": pod_security_context(service.spec.security),
                     "containers": [container],
                     "volumes": volumes,
                 },
