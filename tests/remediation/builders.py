@@ -5,7 +5,7 @@ from typing import Any
 
 from vllm_operator.api.spec import VLLMServiceSpec
 from vllm_operator.api.status import MemoryBreakdown, PoolPlan
-from vllm_operator.remediation.logs import classify_log
+from vllm_operator.remediation.diagnosis import PodHistory, diagnose
 from vllm_operator.remediation.observations import (
     ContainerTermination,
     Observations,
@@ -114,7 +114,15 @@ def crashed(
             exit_code=137 if reason == "OOMKilled" else 1,
             started_at=NOW - timedelta(seconds=ago_s + 60),
             finished_at=NOW - timedelta(seconds=ago_s),
-            log_error=classify_log(log),
+            diagnosis=diagnose(
+                log,
+                PodHistory(
+                    reason=reason,
+                    exit_code=137 if reason == "OOMKilled" else 1,
+                    crash_looping=looping,
+                    restart_count=restarts,
+                ),
+            ),
         ),
         metrics=None,
     )

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime
 
-from vllm_operator.remediation.logs import LogErrorKind
+from vllm_operator.remediation.diagnosis import FailureClass
 from vllm_operator.remediation.podstatus import observe_pod
 
 CRASHING = {
@@ -36,7 +36,8 @@ def test_crash_looping_oomkilled_pod() -> None:
     term = obs.last_termination
     assert term is not None and term.reason == "OOMKilled" and term.exit_code == 137
     assert term.finished_at == datetime(2026, 11, 22, 11, 59, 30, tzinfo=UTC)
-    assert term.log_error is not None and term.log_error.kind == LogErrorKind.CUDA_OOM
+    # The kernel's verdict wins over the last log line: OOMKilled is host memory.
+    assert term.diagnosis is not None and term.diagnosis.failure_class == FailureClass.HOST_OOM
 
 
 def test_running_pod_without_history() -> None:

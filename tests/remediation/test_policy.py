@@ -166,10 +166,10 @@ CASES = [
         conditions={"Degraded": ("True", "BurstOOM"), "MemoryPressure": ("True", "BurstOOM")},
     ),
     Case(
-        "OOMKilled container is a burst OOM",
+        "OOMKilled is host memory: no GPU argument is touched",
         observe(crashed(reason="OOMKilled"), pod("b")),
-        ("setOverride", "max_num_batched_tokens", 2048, 1536),
-        "BurstOOM",
+        None,
+        conditions={"MemoryPressure": ("True", "HostOOM"), "Degraded": ("True", "HostOOM")},
     ),
     Case(
         "burst OOM at the batched floor lowers max_num_seqs",

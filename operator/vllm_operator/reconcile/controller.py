@@ -60,7 +60,7 @@ from vllm_operator.rendering.workload import render_pdb, render_service
 log = logging.getLogger(__name__)
 
 # MemoryPressure reasons that mean pods crashed (remediation sets them); the service is Degraded.
-_CRASHES = frozenset({"StartupOOM", "BurstOOM"})
+_CRASHES = frozenset({"StartupOOM", "BurstOOM", "HostOOM"})
 _NODE_FIELDS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
 
 

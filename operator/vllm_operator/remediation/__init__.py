@@ -8,7 +8,15 @@ from vllm_operator.remediation.decision import (
     EventRecord,
     Reason,
 )
-from vllm_operator.remediation.logs import LogError, LogErrorKind, OomPhase, classify_log
+from vllm_operator.remediation.diagnosis import (
+    Diagnosis,
+    FailureClass,
+    Numbers,
+    Phase,
+    PodHistory,
+    diagnose,
+    pod_history,
+)
 from vllm_operator.remediation.observations import (
     ContainerTermination,
     Observations,
@@ -29,18 +37,21 @@ __all__ = [
     "ContainerTermination",
     "Decision",
     "EventRecord",
-    "LogError",
-    "LogErrorKind",
+    "Diagnosis",
+    "FailureClass",
+    "Numbers",
     "Observations",
-    "OomPhase",
+    "Phase",
+    "PodHistory",
     "PodMetrics",
     "PodObservation",
     "PoolObservation",
     "Reason",
     "Sample",
     "append_history",
-    "classify_log",
     "decide",
+    "diagnose",
     "effective_args",
     "observe_pod",
+    "pod_history",
 ]

@@ -16,6 +16,7 @@ class Reason(StrEnum):
 
     STARTUP_OOM = "StartupOOM"
     BURST_OOM = "BurstOOM"
+    HOST_OOM = "HostOOM"
     CHRONIC_FRAGMENTATION = "ChronicFragmentation"
     KV_PRESSURE = "KVPressure"
     PREFIX_CACHE_WASTE = "PrefixCacheWaste"

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vllm_operator.remediation.logs import LogError
+from vllm_operator.remediation.diagnosis import Diagnosis
 
 
 class _Model(BaseModel):
@@ -59,14 +59,15 @@ class PodMetrics(_Model):
 
 
 class ContainerTermination(_Model):
-    """The vLLM container's last termination (lastState.terminated) and its classified log."""
+    """The vLLM container's last termination (lastState.terminated) and its diagnosis."""
 
     reason: str = Field(description="Kubernetes reason: OOMKilled, Error, Completed, ...")
     exit_code: int
     started_at: datetime | None = None
     finished_at: datetime
-    log_error: LogError | None = Field(
-        default=None, description="classify_log() of the previous container's last lines."
+    diagnosis: Diagnosis | None = Field(
+        default=None,
+        description="diagnose() of the previous container's last lines and the pod's history.",
     )
 
 

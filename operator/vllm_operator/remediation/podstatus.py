@@ -1,35 +1,22 @@
 """Turn a Pod object (as the API server returns it, a plain dict) into a PodObservation.
 
 Pure parsing, no I/O: the kube gateway lists the pods and reads the previous container's log tail
-(`GET .../log?container=vllm&previous=true&tailLines=N`), this module reads the facts the policy
-needs: readiness, restartCount, CrashLoopBackOff, and the last termination with its classified log.
+(`GET .../log?container=vllm&previous=true&tailLines=N`); this module reads the facts the policy
+needs (readiness, restartCount, CrashLoopBackOff, the last termination) and hands the termination
+with its log to the one classifier, `remediation.diagnosis`.
 """
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
-from vllm_operator.remediation.logs import classify_log
+from vllm_operator.remediation.diagnosis import (
+    VLLM_CONTAINER,
+    container_status,
+    diagnose,
+    parse_time,
+    pod_history,
+)
 from vllm_operator.remediation.observations import ContainerTermination, PodMetrics, PodObservation
-
-VLLM_CONTAINER = "vllm"
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _container_status(pod: Mapping[str, Any], container: str) -> Mapping[str, Any]:
-    statuses = pod.get("status", {}).get("containerStatuses") or []
-    for status in statuses:
-        if status.get("name") == container:
-            return dict(status)
-    return dict(statuses[0]) if statuses else {}
 
 
 def observe_pod(
@@ -40,19 +27,19 @@ def observe_pod(
     metrics: PodMetrics | None = None,
 ) -> PodObservation:
     """The policy's view of one pod; `previous_log` is the last lines of the previous container."""
-    status = _container_status(pod, container)
+    status = container_status(pod, container)
     state = status.get("state") or {}
     terminated = (status.get("lastState") or {}).get("terminated") or state.get("terminated")
     termination = None
     if terminated:
-        finished = _time(terminated.get("finishedAt"))
+        finished = parse_time(terminated.get("finishedAt"))
         if finished is not None:
             termination = ContainerTermination(
                 reason=str(terminated.get("reason") or "Error"),
                 exit_code=int(terminated.get("exitCode") or 0),
-                started_at=_time(terminated.get("startedAt")),
+                started_at=parse_time(terminated.get("startedAt")),
                 finished_at=finished,
-                log_error=classify_log(previous_log) if previous_log else None,
+                diagnosis=diagnose(previous_log, pod_history(pod, container)),
             )
     waiting = (state.get("waiting") or {}).get("reason")
     return PodObservation(

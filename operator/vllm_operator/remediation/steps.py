@@ -1,0 +1,287 @@
+"""Steps of the remediation policy: one bounded change per finding, or a floor that blocks it.
+
+Lower max_num_batched_tokens, then max_num_seqs, by stepFraction, never below their floors (the
+spec's concurrency and context); re-plan max_model_len with the capacity vLLM reported; lower
+gpu_memory_utilization only for another tenant or CUDA-graph capture; scale out, turn prefix
+caching off, or drain a creeping pod; restore a quiet pool stepwise towards its plan.
+"""
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from vllm_operator.api.spec import PrefixCaching
+from vllm_operator.api.status import PoolPlan
+from vllm_operator.remediation.decision import (
+    EVICT_FIELD,
+    METRIC_DRIVEN,
+    REPLICAS_FIELD,
+    RESTORABLE,
+    Action,
+    ActionKind,
+    Reason,
+)
+from vllm_operator.remediation.diagnosis import FailureClass, Numbers
+from vllm_operator.remediation.guards import (
+    BATCHED_TOKENS_MULTIPLE,
+    DEFAULT_BLOCK_SIZE,
+    MIN_BATCHED_TOKENS,
+    MIN_GPU_MEMORY_UTILIZATION,
+    TENANT_MARGIN_GIB,
+    UTILIZATION_STEP,
+    PolicyBase,
+    _as_float,
+    _as_int,
+    _Finding,
+    _Quiet,
+    _round_down,
+    _Step,
+)
+from vllm_operator.remediation.observations import PodObservation, PoolObservation
+from vllm_operator.remediation.overrides import pool_overrides
+
+
+class Steps(PolicyBase):
+    def action(
+        self, pool: str, field_: str, old: Any, new: Any, reason: Reason, why: str
+    ) -> Action:
+        return Action(
+            kind=ActionKind.SET_OVERRIDE,
+            pool=pool,
+            field=field_,
+            from_value=old,
+            to_value=new,
+            reason=reason,
+            message=f"{why}; {field_} {old} -> {new}",
+        )
+
+    def lower_batched(
+        self, pool: str, args: Mapping[str, Any], reason: Reason, why: str
+    ) -> _Step | None:
+        current = _as_int(args.get("max_num_batched_tokens"))
+        if current is None:
+            return None
+        seqs = _as_int(args.get("max_num_seqs")) or 0
+        floor = max(MIN_BATCHED_TOKENS, seqs)
+        if current <= floor:
+            return None
+        new = _round_down(current * (1 - self.r.step_fraction), BATCHED_TOKENS_MULTIPLE)
+        new = max(floor, min(new, current - 1))
+        return _Step(self.action(pool, "max_num_batched_tokens", current, new, reason, why))
+
+    def lower_seqs(self, pool: str, args: Mapping[str, Any], reason: Reason, why: str) -> _Step:
+        current = _as_int(args.get("max_num_seqs"))
+        floor = self.spec.workload.concurrency
+        if current is None or current <= floor:
+            return _Step(
+                None,
+                f"{why}; max_num_seqs is at the spec's concurrency ({floor}) and is not lowered "
+                f"further: scale out (remediation.maxReplicas), add tensor parallelism, quantise, "
+                f"use an fp8 KV cache or a larger GPU type",
+            )
+        new = max(floor, min(math.floor(current * (1 - self.r.step_fraction)), current - 1))
+        return _Step(self.action(pool, "max_num_seqs", current, new, reason, why))
+
+    def lower_utilization(
+        self, pool: str, args: Mapping[str, Any], target: float, reason: Reason, why: str
+    ) -> _Step:
+        current = _as_float(args.get("gpu_memory_utilization"))
+        if current is None:
+            current = 0.90
+        new = math.floor(min(target, current - 0.01) * 100) / 100
+        if new < MIN_GPU_MEMORY_UTILIZATION:
+            return _Step(
+                None,
+                f"{why}; gpu_memory_utilization would fall below {MIN_GPU_MEMORY_UTILIZATION}: "
+                f"free the GPU from other processes or use another GPU type",
+            )
+        step = _Step(self.action(pool, "gpu_memory_utilization", current, new, reason, why))
+        plan = self.plans[pool]
+        if plan.memory is not None and plan.memory.kv_cache_gib > 0:
+            kv_after = plan.memory.kv_cache_gib - (current - new) * plan.memory.gpu_total_gib
+            fits = plan.memory.concurrency_at_p99 * max(kv_after, 0.0) / plan.memory.kv_cache_gib
+            if fits < self.spec.workload.concurrency:
+                step.target_unmet = (
+                    f"{why}; at gpu_memory_utilization {new} about {fits:.1f} sequences of "
+                    f"{self.spec.workload.p99_context_tokens} tokens fit (concurrency "
+                    f"{self.spec.workload.concurrency})"
+                )
+        return step
+
+    def startup_step(self, pool: str, args: Mapping[str, Any], f: _Finding) -> _Step:
+        d = f.diagnosis
+        assert d is not None
+        err = d.numbers
+        p99 = self.spec.workload.p99_context_tokens
+        if d.failure_class == FailureClass.STARTUP_FREE_MEMORY:
+            if err.free_gib is None or not err.total_gib:
+                return _Step(None, f.message)
+            target = (err.free_gib - TENANT_MARGIN_GIB) / err.total_gib
+            return self.lower_utilization(
+                pool,
+                args,
+                target,
+                Reason.STARTUP_OOM,
+                f"{f.message}; another process holds {err.total_gib - err.free_gib:.2f} GiB",
+            )
+        if d.failure_class == FailureClass.STARTUP_CUDA_OOM and d.graph_capture:
+            current = _as_float(args.get("gpu_memory_utilization")) or 0.90
+            return self.lower_utilization(
+                pool,
+                args,
+                current - UTILIZATION_STEP,
+                Reason.STARTUP_OOM,
+                f"{f.message}; CUDA graphs did not fit beside the KV cache",
+            )
+        if d.failure_class == FailureClass.STARTUP_KV_INSUFFICIENT:
+            capacity = self.reported_capacity(err)
+            current_len = _as_int(args.get("max_model_len")) or err.max_model_len
+            block = _as_int(args.get("block_size")) or DEFAULT_BLOCK_SIZE
+            if capacity is not None and current_len is not None:
+                new_len = _round_down(min(capacity, current_len - 1), block)
+                fits = capacity / p99
+                unmet = None
+                if fits < self.spec.workload.concurrency:
+                    unmet = (
+                        f"vLLM reported room for {capacity} tokens: {fits:.1f} sequences of {p99} "
+                        f"tokens fit, the spec asks for {self.spec.workload.concurrency}"
+                    )
+                if new_len >= p99:
+                    return _Step(
+                        self.action(
+                            pool,
+                            "max_model_len",
+                            current_len,
+                            new_len,
+                            Reason.STARTUP_OOM,
+                            f"{f.message}; vLLM reported room for {capacity} tokens",
+                        ),
+                        unmet,
+                    )
+        # No usable number, or the P99 context itself does not fit: free activation memory.
+        lowered = self.lower_batched(pool, args, Reason.STARTUP_OOM, f.message)
+        unmet = (
+            f"{f.message}; the P99 context ({p99} tokens) does not fit on {pool}: use tensor "
+            f"parallelism, quantisation, an fp8 KV cache or another GPU type"
+        )
+        if lowered is None:
+            return _Step(None, unmet)
+        if d.failure_class == FailureClass.STARTUP_KV_INSUFFICIENT:
+            lowered.target_unmet = unmet
+        return lowered
+
+    @staticmethod
+    def reported_capacity(err: Numbers) -> int | None:
+        """Tokens vLLM says fit: V0 prints them; V1 0.9.2+ the estimated length; else the ratio."""
+        if err.kv_cache_tokens is not None:
+            return err.kv_cache_tokens
+        if err.estimated_max_model_len is not None:
+            return err.estimated_max_model_len
+        if err.max_model_len and err.kv_needed_gib and err.kv_available_gib is not None:
+            return math.floor(err.max_model_len * err.kv_available_gib / err.kv_needed_gib)
+        return None
+
+    def host_memory_step(self, pool: str, f: _Finding) -> _Step | None:
+        """Host RAM ran out: no GPU argument can help, so none is touched."""
+        return None
+
+    def burst_step(self, pool: str, args: Mapping[str, Any], f: _Finding) -> _Step:
+        return self.lower_batched(pool, args, Reason.BURST_OOM, f.message) or self.lower_seqs(
+            pool, args, Reason.BURST_OOM, f.message
+        )
+
+    def kv_step(self, pool: PoolObservation, args: Mapping[str, Any], f: _Finding) -> _Step:
+        limit = self.r.max_replicas
+        if limit is not None and pool.replicas < limit:
+            return _Step(
+                self.action(
+                    pool.pool,
+                    REPLICAS_FIELD,
+                    pool.replicas,
+                    pool.replicas + 1,
+                    Reason.KV_PRESSURE,
+                    f"{f.message}; scaling out (maxReplicas {limit})",
+                )
+            )
+        hit = f.extra.get("hit_rate")
+        prefix_on = args.get("enable_prefix_caching") is not False
+        if (
+            prefix_on
+            and hit is not None
+            and hit < self.r.prefix_cache_hit_rate_floor
+            and self.spec.workload.prefix_caching != PrefixCaching.ENABLED
+        ):
+            return _Step(
+                self.action(
+                    pool.pool,
+                    "enable_prefix_caching",
+                    args.get("enable_prefix_caching", True),
+                    False,
+                    Reason.PREFIX_CACHE_WASTE,
+                    f"{f.message}; prefix-cache hit rate {hit:.2f} < "
+                    f"{self.r.prefix_cache_hit_rate_floor:g}",
+                )
+            )
+        return self.lower_seqs(pool.pool, args, Reason.KV_PRESSURE, f.message)
+
+    def creep_step(self, pool: str, pods: Sequence[PodObservation], f: _Finding) -> _Step:
+        assert f.pod is not None
+        others_ready = all(p.ready for p in pods if p.name != f.pod.name)
+        if not others_ready:
+            return _Step(None)  # another pod is down: evicting now would reduce capacity twice
+        return _Step(
+            Action(
+                kind=ActionKind.EVICT_POD,
+                pool=pool,
+                field=EVICT_FIELD,
+                from_value=f.pod.name,
+                pod=f.pod.name,
+                reason=Reason.CHRONIC_FRAGMENTATION,
+                message=f"{f.message}; draining and evicting it",
+            )
+        )
+
+    def restore_step(self, pool: PoolObservation, plan: PoolPlan, quiet: _Quiet) -> Action | None:
+        """Step one restorable override of a quiet pool back towards the plan (never past it)."""
+        for field_, override in sorted(pool_overrides(self.overrides, pool.pool).items()):
+            if override.reason not in RESTORABLE:
+                continue
+            if override.reason in METRIC_DRIVEN and quiet != _Quiet.FULL:
+                continue  # a metric-driven override comes back only on fresh, calm metrics
+            quiet_for = timedelta(seconds=self.r.restore_after_seconds) * (
+                2 ** self.relapses(pool.pool, field_)
+            )
+            since = max(override.since, self.last_action(pool.pool) or override.since)
+            if self.now - since < quiet_for:
+                continue
+            base = self.spec.replicas if field_ == REPLICAS_FIELD else plan.engine_args.get(field_)
+            new = self.step_back(field_, override.value, base)
+            why = (
+                f"{pool.pool} quiet for {int((self.now - since).total_seconds())}s since the "
+                f"{override.reason} override"
+            )
+            if new is None:
+                return Action(
+                    kind=ActionKind.CLEAR_OVERRIDE,
+                    pool=pool.pool,
+                    field=field_,
+                    from_value=override.value,
+                    to_value=base,
+                    reason=Reason.RESTORED,
+                    message=f"{why}; {field_} {override.value} -> {base} (planned)",
+                )
+            return self.action(pool.pool, field_, override.value, new, Reason.RESTORED, why)
+        return None
+
+    def step_back(self, field_: str, value: Any, base: Any) -> Any:
+        """The next value towards `base`, or None when the next step reaches it (clear)."""
+        cur, planned = _as_int(value), _as_int(base)
+        if field_ == REPLICAS_FIELD and cur is not None and planned is not None:
+            return cur - 1 if cur - 1 > planned else None
+        if field_ in {"max_num_batched_tokens", "max_num_seqs"} and cur is not None and planned:
+            multiple = BATCHED_TOKENS_MULTIPLE if field_ == "max_num_batched_tokens" else 1
+            up = math.ceil(cur / (1 - self.r.step_fraction) / multiple) * multiple
+            up = max(up, cur + 1)
+            return up if up < planned else None
+        return None
