@@ -8,6 +8,7 @@ import click
 from vllm_operator import __version__
 from vllm_operator.cli.check_args import check_args
 from vllm_operator.cli.crd import crd
+from vllm_operator.cli.diagnose import diagnose_cmd
 from vllm_operator.cli.docs import docs
 from vllm_operator.cli.estimate import estimate
 from vllm_operator.cli.flags import flags
@@ -34,6 +35,7 @@ cli.add_command(check_args)
 cli.add_command(render)
 cli.add_command(run)
 cli.add_command(docs)
+cli.add_command(diagnose_cmd)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from vllm_operator.api.spec import PrefixCaching
 from vllm_operator.api.status import PoolPlan
+from vllm_operator.remediation.actions import reported_capacity
 from vllm_operator.remediation.decision import (
     EVICT_FIELD,
     METRIC_DRIVEN,
@@ -22,7 +23,7 @@ from vllm_operator.remediation.decision import (
     ActionKind,
     Reason,
 )
-from vllm_operator.remediation.diagnosis import FailureClass, Numbers
+from vllm_operator.remediation.diagnosis import FailureClass
 from vllm_operator.remediation.guards import (
     BATCHED_TOKENS_MULTIPLE,
     DEFAULT_BLOCK_SIZE,
@@ -135,7 +136,7 @@ class Steps(PolicyBase):
                 f"{f.message}; CUDA graphs did not fit beside the KV cache",
             )
         if d.failure_class == FailureClass.STARTUP_KV_INSUFFICIENT:
-            capacity = self.reported_capacity(err)
+            capacity = reported_capacity(d)
             current_len = _as_int(args.get("max_model_len")) or err.max_model_len
             block = _as_int(args.get("block_size")) or DEFAULT_BLOCK_SIZE
             if capacity is not None and current_len is not None:
@@ -170,17 +171,6 @@ class Steps(PolicyBase):
         if d.failure_class == FailureClass.STARTUP_KV_INSUFFICIENT:
             lowered.target_unmet = unmet
         return lowered
-
-    @staticmethod
-    def reported_capacity(err: Numbers) -> int | None:
-        """Tokens vLLM says fit: V0 prints them; V1 0.9.2+ the estimated length; else the ratio."""
-        if err.kv_cache_tokens is not None:
-            return err.kv_cache_tokens
-        if err.estimated_max_model_len is not None:
-            return err.estimated_max_model_len
-        if err.max_model_len and err.kv_needed_gib and err.kv_available_gib is not None:
-            return math.floor(err.max_model_len * err.kv_available_gib / err.kv_needed_gib)
-        return None
 
     def host_memory_step(self, pool: str, f: _Finding) -> _Step | None:
         """Host RAM ran out: no GPU argument can help, so none is touched."""
