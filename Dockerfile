@@ -15,13 +15,18 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_ONLY_BINARY=:all:
 WORKDIR /src
 RUN python -m venv /opt/vllm-operator
+# Every dependency (and the build backend) from the lock file, each wheel checked against its
+# sha256 (--require-hashes): the image installs exactly what was reviewed, never a newer release
+# inside pyproject's ranges. Regenerate with `make lock`. Wheels only (PIP_ONLY_BINARY).
+COPY requirements.lock ./
+RUN /opt/vllm-operator/bin/pip install --require-hashes --no-deps -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY operator ./operator
-# A regular (non-editable) install; bytecode is compiled here because the runtime root filesystem
-# is read-only. Dependencies come as wheels only (PIP_ONLY_BINARY): no compiler is ever needed;
-# pip still builds the project's own pure-Python wheel from operator/.
-RUN /opt/vllm-operator/bin/pip install . \
- && /opt/vllm-operator/bin/pip uninstall --yes pip \
+# The project itself: no dependency resolution (--no-deps), no index (--no-index), the locked
+# setuptools as build backend (--no-build-isolation). Bytecode is compiled here because the
+# runtime root filesystem is read-only. The build tools leave with pip.
+RUN /opt/vllm-operator/bin/pip install --no-deps --no-index --no-build-isolation . \
+ && /opt/vllm-operator/bin/pip uninstall --yes setuptools wheel pip \
  && /opt/vllm-operator/bin/vllm-operator --version
 
 FROM ${PYTHON_IMAGE}

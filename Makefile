@@ -9,6 +9,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed
+LOCK_VENV ?= $(HOME)/.cache/vllm-operator/pip-tools
 
 CRD_FILE := serving.vllm-operator.dev_vllmservices.yaml
 GENERATED := crds/$(CRD_FILE) charts/vllm-operator/crds/$(CRD_FILE)
@@ -44,6 +45,12 @@ generate: $(STAMP) ## Regenerate the CRDs (crds/, charts/vllm-operator/crds/) an
 	$(BIN)/python hack/rbac_table.py --write
 	cp deploy/prometheus/vllm-operator.rules.yaml charts/vllm-operator/files/vllm-operator.rules.yaml
 	cp deploy/grafana/vllm-operator-dashboard.json charts/vllm-operator/files/vllm-operator-dashboard.json
+
+.PHONY: lock
+lock: ## Regenerate requirements.lock (every dependency and the build backend, pinned with sha256 hashes) for the image
+	@test -x $(LOCK_VENV)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet 'pip-tools>=7.4,<8'; }
+	$(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --all-build-deps \
+	  --no-emit-index-url --no-emit-find-links --pip-args "--only-binary :all:" --output-file requirements.lock pyproject.toml
 
 .PHONY: verify
 verify: $(STAMP) ## Regenerate into a temporary copy and fail on any difference from the committed files

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tomllib
 from dataclasses import dataclass, field
 
 from tests.packaging.tools import REPO
@@ -134,8 +135,66 @@ def test_build_context_is_an_allow_list() -> None:
     ]
     assert lines[0] == "*"
     allowed = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
-    assert allowed == {"pyproject.toml", "README.md", "operator"}
+    assert allowed == {"pyproject.toml", "requirements.lock", "README.md", "operator"}
     # what the build stage copies is exactly what the context allows
     _, stages = parse()
     copied = {src for c in stages[0].args("COPY") for src in c.split()[:-1]}
     assert copied == allowed
+
+
+LOCK = REPO / "requirements.lock"
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+) \\$")
+
+
+def _locked() -> dict[str, tuple[str, int]]:
+    """name -> (version, number of sha256 hashes), from requirements.lock."""
+    out: dict[str, tuple[str, int]] = {}
+    name = None
+    for line in LOCK.read_text().splitlines():
+        match = PIN.match(line)
+        if match:
+            name = match.group(1).lower().replace("_", "-")
+            out[name] = (match.group(2), 0)
+        elif name and line.strip().startswith("--hash=sha256:"):
+            version, hashes = out[name]
+            out[name] = (version, hashes + 1)
+    return out
+
+
+def test_image_installs_from_the_hashed_lock_file() -> None:
+    """Issue #20 (defect 11): the image installed unpinned dependency ranges."""
+    _, stages = parse()
+    build = stages[0]
+    runs = build.args("RUN")
+    locked_install = [r for r in runs if "-r requirements.lock" in r]
+    assert locked_install and "--require-hashes" in locked_install[0]
+    assert "--no-deps" in locked_install[0]
+    project = [
+        r for r in runs if "pip install" in r and "." in r.split() and r not in locked_install
+    ]
+    assert project, "the project itself is installed after the lock"
+    for flag in ("--no-deps", "--no-index", "--no-build-isolation"):
+        assert flag in project[0], flag
+    copies = build.args("COPY")
+    assert copies.index("requirements.lock ./") < next(
+        i for i, c in enumerate(copies) if c.startswith("operator")
+    )
+
+
+def test_lock_pins_every_dependency_with_hashes() -> None:
+    from packaging.requirements import Requirement
+
+    locked = _locked()
+    assert locked, "requirements.lock is empty"
+    unhashed = [n for n, (_, hashes) in locked.items() if hashes == 0]
+    assert not unhashed, unhashed
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    wanted = [Requirement(r) for r in pyproject["project"]["dependencies"]]
+    wanted += [Requirement(r) for r in pyproject["build-system"]["requires"]]
+    for req in wanted:
+        name = req.name.lower().replace("_", "-")
+        assert name in locked, f"{name} is not in requirements.lock: run 'make lock'"
+        version = locked[name][0]
+        assert req.specifier.contains(version, prereleases=True), (
+            f"{name}=={version} violates {req.specifier}: run 'make lock'"
+        )
