@@ -36,6 +36,7 @@ from vllm_operator.api.spec import (
 from vllm_operator.api.status import (
     HistoryEntry,
     MemoryBreakdown,
+    ObservedCapacity,
     Override,
     PoolPlan,
     PoolStatus,
@@ -65,6 +66,7 @@ __all__ = [
     "Override",
     "PlacementSpec",
     "PoolPlan",
+    "ObservedCapacity",
     "PoolStatus",
     "PrefixCaching",
     "PvcSource",

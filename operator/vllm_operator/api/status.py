@@ -56,6 +56,35 @@ class PoolPlan(ApiModel):
     hash: str | None = Field(default=None, description="Hash of the rendered plan.")
 
 
+class ObservedCapacity(ApiModel):
+    """The KV-cache capacity the running engine itself reports, next to what the plan expected.
+
+    Read from vLLM's `vllm:cache_config_info` (labels num_gpu_blocks x block_size) through
+    Prometheus. A deviation far from zero means the memory model mispredicts this model on this
+    GPU type: the signal the planner is calibrated against.
+    """
+
+    kv_cache_tokens: int = Field(
+        ge=0, description="Tokens the engine's KV cache holds (the smallest over the pool's pods)."
+    )
+    planned_kv_cache_tokens: int | None = Field(
+        default=None, ge=0, description="Tokens the plan expected (plan.memory.kvCacheTokens)."
+    )
+    deviation_percent: float | None = Field(
+        default=None,
+        description="(observed - planned) / planned x 100, one decimal; negative: fewer tokens "
+        "than planned.",
+    )
+    pods: int = Field(default=0, ge=0, description="Pods whose engine reported its capacity.")
+    plan_hash: str | None = Field(
+        default=None,
+        description="Hash of the plan the engine ran (observations of older plans are dropped).",
+    )
+    source: str = Field(
+        default="vllm:cache_config_info", description="Where the engine's capacity was read."
+    )
+
+
 class PoolStatus(ApiModel):
     """One Deployment serving the model on one GPU type."""
 
@@ -66,6 +95,9 @@ class PoolStatus(ApiModel):
     feasible: bool = Field(default=True, description="Whether the intent fits on this GPU type.")
     plan: PoolPlan | None = Field(default=None, description="The engine plan of the pool.")
     message: str | None = Field(default=None, description="Why the pool is not serving, if so.")
+    observed: ObservedCapacity | None = Field(
+        default=None, description="The engine's own KV-cache capacity and its deviation from plan."
+    )
 
 
 class Override(ApiModel):

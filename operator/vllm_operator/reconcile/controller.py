@@ -40,6 +40,7 @@ from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measur
 from vllm_operator.reconcile.diff import needs_apply
 from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
 from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
+from vllm_operator.reconcile.observed import kept_observation
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     PoolOutcome,
@@ -561,6 +562,7 @@ def _service_status(
                 feasible=pool.feasible,
                 plan=pool.plan,
                 message=pool.message or None,
+                observed=kept_observation(old.pools, pool.gpu_type, pool.plan),
             )
         )
     planned = [p for p in pools if p.feasible and p.deployment is not None]

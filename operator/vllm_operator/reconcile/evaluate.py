@@ -22,6 +22,7 @@ from vllm_operator.api.status import VLLMServiceStatus
 from vllm_operator.kube.gateway import EventRecord, Kind, KubeGateway, Obj
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.metrics.signals import ServiceMetrics
+from vllm_operator.reconcile.observed import observed_capacity
 from vllm_operator.remediation import Observations, PoolObservation, decide, observe_pod
 from vllm_operator.rendering.names import (
     ANNOTATION_DRAINING_SINCE,
@@ -129,8 +130,21 @@ class Evaluator:
                 now=now,
                 observed_generation=generation if isinstance(generation, int) else None,
             )
+        pools = [
+            pool.model_copy(
+                update={
+                    "observed": observed_capacity(
+                        pool.plan,
+                        _capacities(metrics, pods_by_pool.get(pool.gpu_type, [])),
+                    )
+                    or pool.observed
+                }
+            )
+            for pool in status.pools
+        ]
         new_status = status.model_copy(
             update={
+                "pools": pools,
                 "overrides": list(decision.overrides),
                 "history": list(decision.history),
                 "conditions": conditions,
@@ -227,6 +241,12 @@ class Evaluator:
                     )
                 else:
                     log.info("Deferred eviction by PodDisruptionBudget pod=%s", name)
+
+
+def _capacities(metrics: ServiceMetrics, pods: list[Obj]) -> list[int | None]:
+    """The KV-cache tokens each pod's engine reported (None where it did not)."""
+    found = (metrics.pods.get(p["metadata"]["name"]) for p in pods)
+    return [m.kv_cache_tokens if m is not None else None for m in found]
 
 
 def _status(body: Obj) -> VLLMServiceStatus:
