@@ -4,6 +4,7 @@ interpreter (Argo CD embeds gopher-lua, a Lua 5.1 implementation) against status
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ import yaml
 from lupa import lua51  # type: ignore[import-untyped]
 
 from tests.packaging.tools import REPO
+from vllm_operator.api.reasons import Reason
 
 SCRIPT = REPO / "deploy" / "argocd" / "vllmservice-health.lua"
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "argocd").glob("*.yaml"))
@@ -120,3 +122,28 @@ def test_ignore_differences_drop_only_operator_bookkeeping() -> None:
             [jq, "-c", program], input=json.dumps(obj), capture_output=True, text=True, check=True
         )
         assert json.loads(done.stdout) == expected
+
+
+def _fixture_reasons() -> set[str]:
+    reasons: set[str] = set()
+    for fixture in FIXTURES:
+        status = yaml.safe_load(fixture.read_text())["object"].get("status") or {}
+        reasons |= {c["reason"] for c in status.get("conditions") or [] if "reason" in c}
+    return reasons
+
+
+def test_fixtures_use_only_reasons_the_operator_writes() -> None:
+    """The fixtures stand for real statuses: a reason outside the enum is a typo or a stale name."""
+    reasons = _fixture_reasons()
+    assert reasons, "the fixtures carry condition reasons"
+    assert reasons <= {r.value for r in Reason}, reasons - {r.value for r in Reason}
+
+
+def test_reasons_the_lua_matches_are_reasons_the_operator_writes() -> None:
+    """`reason == "X"` in the script must name a member of api.reasons.Reason (the generated list
+    in docs/crd-reference.md), or Argo CD silently stops recognising the state."""
+    matched = set(re.findall(r'reason\s*==\s*"([A-Za-z]+)"', SCRIPT.read_text()))
+    assert matched, "the script matches at least one reason"
+    assert matched <= {r.value for r in Reason}, matched - {r.value for r in Reason}
+    reference = (REPO / "docs" / "crd-reference.md").read_text()
+    assert all(f"| `{r}` |" in reference for r in matched)

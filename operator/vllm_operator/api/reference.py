@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from vllm_operator.api.reasons import reasons_table
+
 Schema = dict[str, Any]
 
 HEADER = (
@@ -199,4 +201,12 @@ def render_reference(crd: Schema) -> str:
                 continue
             for path, obj in sections(top, node):
                 out.append(render_object(path, obj))
+    out += [
+        "## Reasons",
+        "",
+        "Every reason the operator writes into a condition, an Event or a remediation step "
+        "(`api/reasons.py`); tools such as the Argo CD health check match these names.",
+        "",
+        reasons_table(),
+    ]
     return "\n".join(out).rstrip("\n") + "\n"

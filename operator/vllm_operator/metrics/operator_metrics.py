@@ -32,7 +32,7 @@ RECONCILE_ERRORS = Counter(
 )
 API_WRITES = Counter(
     "vllm_operator_api_writes",
-    "Write calls to the Kubernetes API by kind (apply, status, event).",
+    "Write calls to the Kubernetes API by kind (apply, delete, status, event, pod, eviction).",
     ["kind"],
     registry=REGISTRY,
 )

@@ -9,59 +9,48 @@ makes zero write calls, and a restart in the middle of a rollout simply continue
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from vllm_operator.api import (
-    ConditionType,
-    VLLMService,
-    VLLMServiceStatus,
-    find_condition,
-    set_condition,
-)
-from vllm_operator.api.conditions import Condition, ConditionStatus
+from vllm_operator.api import VLLMService, VLLMServiceStatus
 from vllm_operator.api.errors import problems_from
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
-from vllm_operator.api.status import PoolStatus
-from vllm_operator.kube.gateway import (
-    ConflictError,
-    EventRecord,
-    GatewayError,
-    Kind,
-    KubeGateway,
-    Obj,
-)
+from vllm_operator.api.reasons import Reason
+from vllm_operator.kube.gateway import ConflictError, GatewayError, Kind, KubeGateway, Obj
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.diff import needs_apply
 from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
 from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
-from vllm_operator.reconcile.observed import kept_observation
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
-    PoolOutcome,
     ServiceRejected,
     plan_pools,
     prepare_service,
 )
+from vllm_operator.reconcile.status import (
+    budget_note,
+    parse_status,
+    rejected_status,
+    service_status,
+    transition_events,
+)
+from vllm_operator.reconcile.writes import CountingGateway, node_event, service_event
 from vllm_operator.rendering.names import (
     ANNOTATION_GPU_TYPE,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
     MANAGED_BY,
-    gpu_short_name,
     selector_labels,
 )
 from vllm_operator.rendering.workload import render_pdb, render_service
 
 log = logging.getLogger(__name__)
 
-# MemoryPressure reasons that mean pods crashed (remediation sets them); the service is Degraded.
-_CRASHES = frozenset({"StartupOOM", "BurstOOM", "HostOOM"})
 _NODE_FIELDS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
 
 
@@ -98,8 +87,9 @@ class Controller:
         node_cache_seconds: float = 0.0,
         metrics: MetricsSource | None = None,
     ) -> None:
-        self.gw = gateway
-        self.evaluator = Evaluator(gateway, metrics, clock)
+        # Every write goes through the counting wrapper (vllm_operator_api_writes_total).
+        self.gw = CountingGateway(gateway)
+        self.evaluator = Evaluator(self.gw, metrics, clock)
         # Reconciles in a burst (startup, a Deployment storm) share one node list for a moment;
         # node events that change anything relevant invalidate it at once.
         self._node_cache_seconds = node_cache_seconds
@@ -228,7 +218,7 @@ class Controller:
         meta = body.get("metadata") or {}
         namespace, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
         generation = meta.get("generation")
-        old_status = _parse_status(body.get("status"))
+        old_status = parse_status(body.get("status"))
         outcome = Outcome()
         now = self.clock()
 
@@ -236,7 +226,7 @@ class Controller:
             service = VLLMService.model_validate(body)
         except ValidationError as exc:
             problems = "; ".join(str(p) for p in problems_from(exc, VLLMService))
-            status = _rejected_status(old_status, "InvalidSpec", problems, now, generation)
+            status = rejected_status(old_status, Reason.INVALID_SPEC, problems, now, generation)
             self._write_status(body, old_status, status, outcome)
             return outcome
         self._gpu_index[(namespace, name)] = {
@@ -246,7 +236,7 @@ class Controller:
         try:
             prepared = prepare_service(service, self.resolver)
         except ServiceRejected as exc:
-            status = _rejected_status(old_status, exc.reason, exc.message, now, generation)
+            status = rejected_status(old_status, exc.reason, exc.message, now, generation)
             self._write_status(body, old_status, status, outcome)
             return outcome
 
@@ -254,7 +244,7 @@ class Controller:
         groups = group_gpu_nodes(nodes)
         budgets = self._budgets(service, nodes, now, outcome)
         pools = plan_pools(prepared, groups, budgets.usable_mib, old_status.overrides)
-        budget_note = _budget_note(service, budgets)
+        note = budget_note(service, budgets)
 
         desired_names = set()
         for pool in pools:
@@ -265,8 +255,7 @@ class Controller:
             if needs_apply(pool.deployment, live):
                 live = self.gw.apply(pool.deployment)
                 outcome.applied.append(f"Deployment/{pool.deployment['metadata']['name']}")
-                m.API_WRITES.labels("apply").inc()
-                self._event(service, "Normal", "PlanApplied", pool.applied_message, outcome)
+                self._event(service, "Normal", Reason.PLAN_APPLIED, pool.applied_message, outcome)
             pool.live = live
 
         owned = self.gw.list_owned(Kind.DEPLOYMENT, namespace, selector_labels(name))
@@ -277,14 +266,13 @@ class Controller:
                 if needs_apply(obj, self.gw.get(kind, namespace, obj["metadata"]["name"])):
                     self.gw.apply(obj)
                     outcome.applied.append(f"{kind}/{obj['metadata']['name']}")
-                    m.API_WRITES.labels("apply").inc()
         for pool in pools:
             if pool.live is None and pool.deployment_name:
                 pool.live = next(
                     (d for d in existing if d["metadata"]["name"] == pool.deployment_name), None
                 )
 
-        status = _service_status(service, old_status, pools, now, generation, budget_note)
+        status = service_status(service, old_status, pools, now, generation, note)
         self._write_status(body, old_status, status, outcome, service)
         self.pool_plans.set((namespace, name), [(p.gpu_type, p.feasible) for p in pools])
         return outcome
@@ -341,26 +329,17 @@ class Controller:
             self._node_event(
                 node,
                 uids.get(node, ""),
-                "ProbeBudgetIgnored",
+                Reason.PROBE_BUDGET_IGNORED,
                 f"Ignored the probe budget of node {node} ({ignored.rejection.problem}): "
                 f"{ignored.rejection.message}",
                 outcome,
             )
         return budgets
 
-    def _node_event(self, node: str, uid: str, reason: str, message: str, outcome: Outcome) -> None:
-        self.gw.emit_event(
-            EventRecord(
-                namespace="",
-                name=node,
-                uid=uid,
-                type="Warning",
-                reason=reason,
-                message=message,
-                kind=Kind.NODE,
-            )
-        )
-        m.API_WRITES.labels("event").inc()
+    def _node_event(
+        self, node: str, uid: str, reason: Reason, message: str, outcome: Outcome
+    ) -> None:
+        self.gw.emit_event(node_event(node, uid, reason, message))
         outcome.events.append(reason)
 
     def _prune(
@@ -390,27 +369,16 @@ class Controller:
             self._event(
                 service,
                 "Normal",
-                "PoolRemoved",
+                Reason.POOL_REMOVED,
                 f"Deleted Deployment {meta['name']}: GPU type {gpu_type} is no longer allowed",
                 outcome,
             )
         return kept
 
     def _event(
-        self, about: VLLMService | Obj, type_: str, reason: str, message: str, outcome: Outcome
+        self, about: VLLMService | Obj, type_: str, reason: Reason, message: str, outcome: Outcome
     ) -> None:
-        meta = about.metadata if isinstance(about, VLLMService) else about.get("metadata") or {}
-        self.gw.emit_event(
-            EventRecord(
-                namespace=str(meta.get("namespace", "default")),
-                name=str(meta.get("name", "")),
-                uid=str(meta.get("uid", "")),
-                type=type_,
-                reason=reason,
-                message=message,
-            )
-        )
-        m.API_WRITES.labels("event").inc()
+        self.gw.emit_event(service_event(about, type_, reason, message))
         outcome.events.append(reason)
 
     def _write_status(
@@ -421,230 +389,14 @@ class Controller:
         outcome: Outcome,
         service: VLLMService | None = None,
     ) -> None:
+        """Write status only if it changed; an Event per condition decision (not per message)."""
         if new == old:
             return
         meta = body["metadata"]
         self.gw.apply_status(meta.get("namespace", "default"), meta["name"], new.to_wire())
         outcome.status_written = True
-        m.API_WRITES.labels("status").inc()
-        # Events for condition transitions: one per decision, never one per reconcile.
-        for cond in new.conditions:
-            before = find_condition(old.conditions, cond.type)
-            # An Event per decision (a new status or reason), not per progress message.
-            if before is not None and (before.status, before.reason) == (cond.status, cond.reason):
-                continue
-            if cond.type not in (ConditionType.FEASIBLE, ConditionType.PROGRESSING):
-                continue
-            warning = (cond.type == ConditionType.FEASIBLE and cond.status == "False") or (
-                cond.reason == "NoMatchingNodes"
-            )
-            if before is None and not warning:
-                continue
-            self._event(
-                service or body,
-                "Warning" if warning else "Normal",
-                cond.reason,
-                cond.message,
-                outcome,
-            )
-
-
-def _parse_status(raw: Any) -> VLLMServiceStatus:
-    if not isinstance(raw, dict):
-        return VLLMServiceStatus()
-    try:
-        return VLLMServiceStatus.model_validate(raw)
-    except ValidationError:
-        log.warning("Ignored unreadable status; it will be rewritten")
-        return VLLMServiceStatus()
-
-
-def _conditions(
-    old: list[Condition],
-    updates: Iterable[tuple[str, ConditionStatus, str, str]],
-    now: datetime,
-    generation: Any,
-) -> list[Condition]:
-    conds = list(old)
-    gen = int(generation) if isinstance(generation, int) else None
-    for type_, status, reason, message in updates:
-        conds = set_condition(
-            conds,
-            type_=type_,
-            status=status,
-            reason=reason,
-            message=message,
-            now=now,
-            observed_generation=gen,
-        )
-    return conds
-
-
-def _rejected_status(
-    old: VLLMServiceStatus, reason: str, message: str, now: datetime, generation: Any
-) -> VLLMServiceStatus:
-    """Status for a spec the operator cannot act on: nothing is created or changed."""
-    conds = _conditions(
-        old.conditions,
-        [
-            (ConditionType.FEASIBLE, "False", reason, message),
-            (ConditionType.PROGRESSING, "False", reason, "Waiting for a valid spec"),
-            (ConditionType.DEGRADED, "True", reason, message),
-        ],
-        now,
-        generation,
-    )
-    ready = find_condition(old.conditions, ConditionType.READY)
-    if ready is None:
-        conds = _conditions(
-            conds, [(ConditionType.READY, "False", reason, "Nothing is deployed")], now, generation
-        )
-    return old.model_copy(
-        update={
-            "observed_generation": generation if isinstance(generation, int) else None,
-            "conditions": conds,
-        }
-    )
-
-
-def _ready_counts(pool: PoolOutcome) -> tuple[int, int]:
-    live = pool.live or {}
-    spec_replicas = int((live.get("spec") or {}).get("replicas") or 0)
-    ready = int((live.get("status") or {}).get("readyReplicas") or 0)
-    return spec_replicas, ready
-
-
-def _rollout_done(pool: PoolOutcome) -> bool:
-    live = pool.live or {}
-    meta, status = live.get("metadata") or {}, live.get("status") or {}
-    desired = int((live.get("spec") or {}).get("replicas") or 0)
-    return (
-        int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
-        and int(status.get("updatedReplicas") or 0) >= desired
-        and int(status.get("readyReplicas") or 0) >= desired
-        and int(status.get("replicas") or 0) <= desired
-    )
-
-
-def _budget_note(service: VLLMService, budgets: MeasuredBudgets) -> str:
-    """A stable note for the Feasible condition: ignored probe budgets of GPU types it allows."""
-    allowed = {canonical_label(g) for g in service.spec.placement.gpu_types}
-    hit = sorted(
-        f"{node} ({ignored.rejection.problem})"
-        for node, ignored in budgets.ignored.items()
-        if canonical_label(ignored.product) in allowed
-    )
-    if not hit:
-        return ""
-    return "; probe budget ignored on " + ", ".join(hit) + ", planned from node labels"
-
-
-def _service_status(
-    service: VLLMService,
-    old: VLLMServiceStatus,
-    pools: list[PoolOutcome],
-    now: datetime,
-    generation: Any,
-    budget_note: str = "",
-) -> VLLMServiceStatus:
-    pool_status: list[PoolStatus] = []
-    desired_total = ready_total = 0
-    for pool in pools:
-        replicas, ready = _ready_counts(pool)
-        desired_total += replicas
-        ready_total += ready
-        pool_status.append(
-            PoolStatus(
-                gpu_type=pool.gpu_type,
-                deployment=pool.deployment_name,
-                replicas=replicas,
-                ready_replicas=ready,
-                feasible=pool.feasible,
-                plan=pool.plan,
-                message=pool.message or None,
-                observed=kept_observation(old.pools, pool.gpu_type, pool.plan),
-            )
-        )
-    planned = [p for p in pools if p.feasible and p.deployment is not None]
-    infeasible = [p for p in pools if not p.feasible]
-    no_nodes = [p for p in pools if p.reason == "NoMatchingNodes"]
-
-    feasible: tuple[ConditionStatus, str, str]
-    progressing: tuple[ConditionStatus, str, str]
-    ready_cond: tuple[ConditionStatus, str, str]
-    degraded: tuple[ConditionStatus, str, str]
-    if planned and not infeasible:
-        feasible = ("True", "AllPoolsPlanned", _plan_summary(service, planned) + budget_note)
-    elif planned:
-        feasible = (
-            "True",
-            "SomePoolsInfeasible",
-            _plan_summary(service, planned) + "; " + _join(infeasible) + budget_note,
-        )
-    elif infeasible:
-        feasible = ("False", "Infeasible", _join(infeasible) + budget_note)
-    else:
-        feasible = ("True", "AwaitingNodes", "No allowed GPU type has nodes yet")
-
-    if not planned and no_nodes:
-        progressing = ("False", "NoMatchingNodes", _join(no_nodes))
-    elif planned and not all(_rollout_done(p) for p in planned):
-        progressing = (
-            "True",
-            "RollingOut",
-            f"{ready_total}/{desired_total} replicas ready on the current plan",
-        )
-    elif planned:
-        progressing = ("False", "RolloutComplete", "Every pool runs its current plan")
-    else:
-        progressing = ("False", "Infeasible", "No pool can be planned")
-
-    if desired_total > 0 and ready_total >= desired_total and planned:
-        ready_cond = ("True", "AllPoolsReady", f"{ready_total}/{desired_total} replicas ready")
-    elif service.spec.replicas == 0 and planned:
-        ready_cond = ("True", "ScaledToZero", "spec.replicas is 0")
-    else:
-        ready_cond = ("False", "PodsNotReady", f"{ready_total}/{desired_total} replicas ready")
-
-    problems = infeasible + (no_nodes if planned else [])
-    degraded = (
-        ("True", "PoolsUnavailable", _join(problems)) if problems else ("False", "AsExpected", "")
-    )
-    conds = _conditions(
-        old.conditions,
-        [
-            (ConditionType.FEASIBLE, *feasible),
-            (ConditionType.PROGRESSING, *progressing),
-            (ConditionType.READY, *ready_cond),
-            (ConditionType.DEGRADED, *degraded),
-        ],
-        now,
-        generation,
-    )
-    summary = ",".join(
-        f"{gpu_short_name(p.product or p.gpu_type).upper()}x{_ready_counts(p)[0]}" for p in planned
-    )
-    return old.model_copy(
-        update={
-            "observed_generation": generation if isinstance(generation, int) else None,
-            "conditions": conds,
-            "pools": pool_status,
-            "gpu_pools": summary or None,
-            "ready": f"{ready_total}/{desired_total}",
-        }
-    )
-
-
-def _join(pools: list[PoolOutcome]) -> str:
-    return "; ".join(f"{p.gpu_type}: {p.message}" for p in pools)
-
-
-def _plan_summary(service: VLLMService, planned: list[PoolOutcome]) -> str:
-    w = service.spec.workload
-    return (
-        f"{len(planned)} pool(s) serve {w.concurrency} x {w.p99_context_tokens} tokens: "
-        + ", ".join(p.summary for p in planned)
-    )
+        for type_, reason, message in transition_events(old, new):
+            self._event(service or body, type_, reason, message, outcome)
 
 
 __all__ = ["Controller", "Outcome", "RetryableError", "LABEL_INSTANCE"]

@@ -18,11 +18,13 @@ from pydantic import ValidationError
 
 from vllm_operator.api import RemediationMode, VLLMService, set_condition
 from vllm_operator.api.conditions import ConditionType
+from vllm_operator.api.reasons import Reason
 from vllm_operator.api.status import VLLMServiceStatus
-from vllm_operator.kube.gateway import EventRecord, Kind, KubeGateway, Obj
+from vllm_operator.kube.gateway import Kind, KubeGateway, Obj
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.metrics.signals import ServiceMetrics
 from vllm_operator.reconcile.observed import observed_capacity
+from vllm_operator.reconcile.writes import CountingGateway, service_event
 from vllm_operator.remediation import Observations, PoolObservation, decide, observe_pod
 from vllm_operator.rendering.names import (
     ANNOTATION_DRAINING_SINCE,
@@ -63,7 +65,8 @@ class Evaluator:
         metrics: MetricsSource | None,
         clock: Callable[[], datetime],
     ) -> None:
-        self.gw = gateway
+        # Writes are counted by the wrapper (the controller passes its own, already wrapped).
+        self.gw = gateway if isinstance(gateway, CountingGateway) else CountingGateway(gateway)
         self.metrics = metrics
         self.clock = clock
         self._last: dict[tuple[str, str], datetime] = {}
@@ -152,19 +155,8 @@ class Evaluator:
         )
         if new_status != status:
             self.gw.apply_status(service.namespace, service.name, new_status.to_wire())
-            m.API_WRITES.labels("status").inc()
         for event in decision.events:
-            self.gw.emit_event(
-                EventRecord(
-                    namespace=service.namespace,
-                    name=service.name,
-                    uid=str(service.metadata.get("uid", "")),
-                    type=event.type,
-                    reason=event.reason,
-                    message=event.message,
-                )
-            )
-            m.API_WRITES.labels("event").inc()
+            self.gw.emit_event(service_event(service, event.type, event.reason, event.message))
         for action in decision.actions:
             m.REMEDIATIONS.labels(action.kind.value, decision.mode.value).inc()
         for pod in decision.evictions:
@@ -230,13 +222,11 @@ class Evaluator:
                 if self.gw.evict_pod(service.namespace, name):
                     pods.remove(pod)
                     self.gw.emit_event(
-                        EventRecord(
-                            namespace=service.namespace,
-                            name=service.name,
-                            uid=str(service.metadata.get("uid", "")),
-                            type="Normal",
-                            reason="PodEvicted",
-                            message=f"Evicted drained pod {name} through the Eviction API",
+                        service_event(
+                            service,
+                            "Normal",
+                            Reason.POD_EVICTED,
+                            f"Evicted drained pod {name} through the Eviction API",
                         )
                     )
                 else:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.api.status import Override
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
@@ -42,7 +43,7 @@ class ArchitectureResolver(Protocol):
 class ServiceRejected(Exception):
     """The service cannot be planned at all; `reason` becomes the Feasible condition's reason."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
@@ -64,7 +65,7 @@ class PoolOutcome:
     gpu_type: str
     product: str | None
     feasible: bool
-    reason: str
+    reason: Reason
     message: str = ""
     plan: StatusPoolPlan | None = None
     deployment: Obj | None = None
@@ -87,7 +88,7 @@ def prepare_service(service: VLLMService, resolver: ArchitectureResolver) -> Pre
     try:
         arch = resolver.resolve(service)
     except UnknownModelError as exc:
-        raise ServiceRejected("UnknownModel", str(exc)) from exc
+        raise ServiceRejected(Reason.UNKNOWN_MODEL, str(exc)) from exc
     return PreparedService(service=service, arch=arch, intent=PlanIntent.from_spec(spec))
 
 
@@ -116,7 +117,7 @@ def plan_pools(
                     gpu_type=gpu_type,
                     product=None,
                     feasible=True,
-                    reason="NoMatchingNodes",
+                    reason=Reason.NO_MATCHING_NODES,
                     message=f"no schedulable node has nvidia.com/gpu.product={gpu_type}",
                 )
             )
@@ -132,7 +133,7 @@ def plan_pools(
                     gpu_type=group.product,
                     product=group.product,
                     feasible=False,
-                    reason="UnknownGpu",
+                    reason=Reason.UNKNOWN_GPU,
                     message=str(exc),
                 )
             )
@@ -175,7 +176,7 @@ def _plan_group(
             gpu_type=group.product,
             product=group.product,
             feasible=False,
-            reason="Infeasible",
+            reason=Reason.INFEASIBLE,
             message="; ".join(r.rstrip(".") for r in result.reasons) + "." + _alternatives(result),
             deployment_name=name,
         )
@@ -233,7 +234,7 @@ def _plan_group(
         gpu_type=group.product,
         product=group.product,
         feasible=True,
-        reason="Planned",
+        reason=Reason.PLANNED,
         plan=status_plan,
         deployment=deployment,
         deployment_name=name,

@@ -7,30 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vllm_operator.api.reasons import Reason as Reason  # re-exported: the one enum lives in api
 from vllm_operator.api.spec import RemediationMode
 from vllm_operator.api.status import HistoryEntry, Override
-
-
-class Reason(StrEnum):
-    """CamelCase reasons of remediation steps, conditions and Events."""
-
-    STARTUP_OOM = "StartupOOM"
-    BURST_OOM = "BurstOOM"
-    HOST_OOM = "HostOOM"
-    CHRONIC_FRAGMENTATION = "ChronicFragmentation"
-    KV_PRESSURE = "KVPressure"
-    PREFIX_CACHE_WASTE = "PrefixCacheWaste"
-    RESTORED = "Restored"
-    TARGET_UNMET = "TargetUnmet"
-    TARGET_MET = "TargetMet"
-    WITHIN_LIMITS = "WithinLimits"
-    METRICS_OK = "MetricsOK"
-    METRICS_UNAVAILABLE = "MetricsUnavailable"
-    METRICS_INCOMPLETE = "MetricsIncomplete"
-    REMEDIATION_OFF = "RemediationOff"
-    HEALTHY = "Healthy"
-    NO_ACTION = "NoAction"
-
 
 RESTORABLE = frozenset({Reason.BURST_OOM, Reason.KV_PRESSURE, Reason.PREFIX_CACHE_WASTE})
 """Overrides stepped back after a quiet period. StartupOOM overrides are kept: they carry what
@@ -77,7 +56,7 @@ class ConditionUpdate(_Model):
 
     type: str
     status: Literal["True", "False", "Unknown"]
-    reason: str
+    reason: Reason
     message: str = ""
 
 
@@ -85,7 +64,7 @@ class EventRecord(_Model):
     """A Kubernetes Event to emit on the VLLMService."""
 
     type: Literal["Normal", "Warning"]
-    reason: str
+    reason: Reason
     message: str
 
 

@@ -295,7 +295,7 @@ def _conditions(
             ConditionUpdate(
                 type="Degraded",
                 status="True",
-                reason=findings[0].reason.value if findings else "Crashing",
+                reason=findings[0].reason.value if findings else Reason.CRASHING.value,
                 message="; ".join(degraded),
             )
         )

@@ -7,6 +7,7 @@ checked against the flags that release's parser accepts, so a Deployment never c
 
 from collections.abc import Mapping
 
+from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.catalog.vllm.container import container_command
 from vllm_operator.catalog.vllm.errors import ArgsError, UnknownVersionError
@@ -18,7 +19,7 @@ from vllm_operator.rendering.workload import PVC_MOUNT_PATH
 class ArgsRejected(Exception):
     """The pinned version would reject what was asked; `reason` names the condition reason."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
 
@@ -28,7 +29,7 @@ def check_version(version: str) -> None:
     try:
         load_version(version)
     except UnknownVersionError as exc:
-        raise ArgsRejected("UnsupportedVersion", str(exc)) from exc
+        raise ArgsRejected(Reason.UNSUPPORTED_VERSION, str(exc)) from exc
 
 
 def validate_extra_args(version: str, extra: Mapping[str, str], allow_override: bool) -> list[str]:
@@ -37,7 +38,7 @@ def validate_extra_args(version: str, extra: Mapping[str, str], allow_override: 
         return render_extra_args(version, extra, allow_planner_override=allow_override)
     except ArgsError as exc:
         raise ArgsRejected(
-            "InvalidExtraArgs",
+            Reason.INVALID_EXTRA_ARGS,
             "spec.vllm.extraArgs: " + "; ".join(p.message for p in exc.problems),
         ) from exc
 
@@ -58,7 +59,7 @@ def engine_argv(
         planned = render_engine_args(version, args)
     except ArgsError as exc:
         raise ArgsRejected(
-            "UnsupportedEngineArgs", "; ".join(p.message for p in exc.problems)
+            Reason.UNSUPPORTED_ENGINE_ARGS, "; ".join(p.message for p in exc.problems)
         ) from exc
     # Extra flags come last: with allowPlannerOverride, argparse keeps the last occurrence, so
     # the user's explicit override wins.

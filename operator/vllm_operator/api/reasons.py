@@ -1,0 +1,123 @@
+"""Every CamelCase reason the operator writes into a condition, an Event or a remediation step.
+
+Why one enum: the reasons are an API. The Argo CD health check (deploy/argocd) and alerts match
+them, users grep Events for them, and `docs/crd-reference.md` lists them (generated from this
+enum). A bare string that drifts from this list would silently break those consumers, so every
+writer spells a reason through `Reason`, and the packaging tests check the Lua script and its
+fixtures against it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """A condition / Event / remediation reason, with what it means (`Reason.X.doc`)."""
+
+    doc: str
+
+    def __new__(cls, value: str, doc: str = "") -> Reason:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.doc = doc
+        return member
+
+    # The spec cannot be acted on (Feasible=False, Degraded=True; nothing is created or changed).
+    INVALID_SPEC = "InvalidSpec", "The spec fails validation; the message names each problem."
+    UNKNOWN_MODEL = "UnknownModel", "Neither the spec, the catalog nor the Hub knows the model."
+    UNSUPPORTED_VERSION = "UnsupportedVersion", "spec.vllm.version is not in the version catalog."
+    INVALID_EXTRA_ARGS = (
+        "InvalidExtraArgs",
+        "spec.vllm.extraArgs holds flags or values the pinned vLLM version rejects.",
+    )
+    UNSUPPORTED_ENGINE_ARGS = (
+        "UnsupportedEngineArgs",
+        "The planned engine arguments are not accepted by the pinned vLLM version.",
+    )
+
+    # Feasible
+    ALL_POOLS_PLANNED = "AllPoolsPlanned", "Every GPU type with nodes has an engine plan."
+    SOME_POOLS_INFEASIBLE = (
+        "SomePoolsInfeasible",
+        "At least one pool is planned; the intent does not fit some other GPU types.",
+    )
+    INFEASIBLE = "Infeasible", "The intent fits no GPU type; the message lists alternatives."
+    AWAITING_NODES = "AwaitingNodes", "No allowed GPU type has nodes yet."
+    UNKNOWN_GPU = "UnknownGpu", "A pool's GPU is neither in the catalog nor labelled with memory."
+
+    # Progressing
+    NO_MATCHING_NODES = (
+        "NoMatchingNodes",
+        "No schedulable node has an allowed GPU type; re-planned when one appears.",
+    )
+    ROLLING_OUT = "RollingOut", "A pool's Deployment is rolling out its current plan."
+    ROLLOUT_COMPLETE = "RolloutComplete", "Every pool runs its current plan."
+
+    # Ready
+    ALL_POOLS_READY = "AllPoolsReady", "Every desired replica passes readiness."
+    SCALED_TO_ZERO = "ScaledToZero", "spec.replicas is 0 on purpose."
+    PODS_NOT_READY = "PodsNotReady", "Some desired replicas are not ready yet."
+
+    # Degraded
+    POOLS_UNAVAILABLE = (
+        "PoolsUnavailable",
+        "Some allowed GPU types cannot serve (infeasible, unknown GPU, or no nodes).",
+    )
+    AS_EXPECTED = "AsExpected", "Nothing is degraded."
+    CRASHING = "Crashing", "Pods crash for a reason the classifier does not remediate."
+
+    # MemoryPressure and remediation steps (overrides, history, Events)
+    STARTUP_OOM = "StartupOOM", "vLLM ran out of GPU memory while starting (profiling, graphs)."
+    BURST_OOM = "BurstOOM", "vLLM ran out of GPU memory under load after it had started."
+    HOST_OOM = "HostOOM", "The container was OOMKilled: host (CPU) memory, not GPU memory."
+    CHRONIC_FRAGMENTATION = (
+        "ChronicFragmentation",
+        "Memory creeps up over time on some pods; they are drained and replaced.",
+    )
+    KV_PRESSURE = "KVPressure", "The KV cache stays nearly full and requests are preempted."
+    PREFIX_CACHE_WASTE = (
+        "PrefixCacheWaste",
+        "Prefix caching holds memory while its hit rate stays low.",
+    )
+    RESTORED = "Restored", "An override was stepped back after a quiet period."
+    WITHIN_LIMITS = "WithinLimits", "No memory pressure was observed."
+
+    # TargetUnmet
+    TARGET_UNMET = "TargetUnmet", "The served concurrency or context is below the intent."
+    TARGET_MET = "TargetMet", "The intent is served."
+
+    # MetricsAvailable
+    METRICS_OK = "MetricsOK", "Fresh vLLM metrics for every pool."
+    METRICS_UNAVAILABLE = "MetricsUnavailable", "No Prometheus, or no fresh vLLM series at all."
+    METRICS_INCOMPLETE = "MetricsIncomplete", "Missing or stale series for some pools."
+
+    # Remediation decisions that change nothing
+    REMEDIATION_OFF = "RemediationOff", "spec.remediation.mode is off."
+    HEALTHY = "Healthy", "Nothing to remediate."
+    NO_ACTION = "NoAction", "Findings, but no step is allowed now (guards, budget, mode)."
+
+    # Pool outcomes (printed by `vllm-operator render`)
+    PLANNED = "Planned", "The pool has an engine plan and a rendered Deployment."
+
+    # Events only (never a condition reason)
+    PLAN_APPLIED = "PlanApplied", "Event: a pool's Deployment was applied with a new plan."
+    POOL_REMOVED = (
+        "PoolRemoved",
+        "Event: the Deployment of a GPU type no longer allowed was deleted.",
+    )
+    POD_EVICTED = "PodEvicted", "Event: a drained pod was evicted through the Eviction API."
+    PROBE_BUDGET_IGNORED = (
+        "ProbeBudgetIgnored",
+        "Event on a Node: its probe budget annotation is stale, malformed or inconsistent.",
+    )
+
+
+def reasons_table() -> str:
+    """Markdown table of every reason, for the generated API reference."""
+    lines = ["| Reason | Meaning |", "|---|---|"]
+    lines += [f"| `{r.value}` | {r.doc} |" for r in Reason]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["Reason", "reasons_table"]

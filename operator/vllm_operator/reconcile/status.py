@@ -1,0 +1,291 @@
+"""Derive a VLLMService's status from what one reconcile planned and observed (pure).
+
+Why apart from the controller: status is the operator's API (Argo CD's health check, alerts and
+users read it), so the rules that turn pools into conditions, ready counts, rollout state and the
+plan summary are kept in one pure module, tested without a gateway. The controller only decides
+*whether* to write the result (when it differs) and which Events the transitions deserve.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from vllm_operator.api.conditions import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    find_condition,
+    set_condition,
+)
+from vllm_operator.api.reasons import Reason
+from vllm_operator.api.service import VLLMService
+from vllm_operator.api.status import PoolStatus, VLLMServiceStatus
+from vllm_operator.reconcile.budgets import MeasuredBudgets
+from vllm_operator.reconcile.inventory import canonical_label
+from vllm_operator.reconcile.observed import kept_observation
+from vllm_operator.reconcile.pools import PoolOutcome
+from vllm_operator.rendering.names import gpu_short_name
+
+log = logging.getLogger(__name__)
+
+ConditionUpdate = tuple[ConditionType, ConditionStatus, Reason, str]
+_Verdict = tuple[ConditionStatus, Reason, str]
+
+
+def parse_status(raw: Any) -> VLLMServiceStatus:
+    """The status as read from the API; an unreadable one is treated as empty (and rewritten)."""
+    if not isinstance(raw, dict):
+        return VLLMServiceStatus()
+    try:
+        return VLLMServiceStatus.model_validate(raw)
+    except ValidationError:
+        log.warning("Ignored unreadable status; it will be rewritten")
+        return VLLMServiceStatus()
+
+
+def _generation(generation: Any) -> int | None:
+    return generation if isinstance(generation, int) else None
+
+
+def apply_conditions(
+    old: list[Condition],
+    updates: Iterable[ConditionUpdate],
+    now: datetime,
+    generation: Any,
+) -> list[Condition]:
+    """Set each condition (lastTransitionTime moves only when its status changes)."""
+    conds = list(old)
+    for type_, status, reason, message in updates:
+        conds = set_condition(
+            conds,
+            type_=type_,
+            status=status,
+            reason=reason,
+            message=message,
+            now=now,
+            observed_generation=_generation(generation),
+        )
+    return conds
+
+
+def rejected_status(
+    old: VLLMServiceStatus, reason: Reason, message: str, now: datetime, generation: Any
+) -> VLLMServiceStatus:
+    """Status for a spec the operator cannot act on: nothing is created or changed."""
+    conds = apply_conditions(
+        old.conditions,
+        [
+            (ConditionType.FEASIBLE, "False", reason, message),
+            (ConditionType.PROGRESSING, "False", reason, "Waiting for a valid spec"),
+            (ConditionType.DEGRADED, "True", reason, message),
+        ],
+        now,
+        generation,
+    )
+    if find_condition(old.conditions, ConditionType.READY) is None:
+        conds = apply_conditions(
+            conds, [(ConditionType.READY, "False", reason, "Nothing is deployed")], now, generation
+        )
+    return old.model_copy(
+        update={"observed_generation": _generation(generation), "conditions": conds}
+    )
+
+
+def ready_counts(pool: PoolOutcome) -> tuple[int, int]:
+    """(desired, ready) replicas of the pool's live Deployment."""
+    live = pool.live or {}
+    spec_replicas = int((live.get("spec") or {}).get("replicas") or 0)
+    ready = int((live.get("status") or {}).get("readyReplicas") or 0)
+    return spec_replicas, ready
+
+
+def rollout_done(pool: PoolOutcome) -> bool:
+    """The Deployment controller has observed the current generation and fully rolled it out."""
+    live = pool.live or {}
+    meta, status = live.get("metadata") or {}, live.get("status") or {}
+    desired = int((live.get("spec") or {}).get("replicas") or 0)
+    return (
+        int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+        and int(status.get("updatedReplicas") or 0) >= desired
+        and int(status.get("readyReplicas") or 0) >= desired
+        and int(status.get("replicas") or 0) <= desired
+    )
+
+
+def budget_note(service: VLLMService, budgets: MeasuredBudgets) -> str:
+    """A stable note for the Feasible condition: ignored probe budgets of GPU types it allows."""
+    allowed = {canonical_label(g) for g in service.spec.placement.gpu_types}
+    hit = sorted(
+        f"{node} ({ignored.rejection.problem})"
+        for node, ignored in budgets.ignored.items()
+        if canonical_label(ignored.product) in allowed
+    )
+    if not hit:
+        return ""
+    return "; probe budget ignored on " + ", ".join(hit) + ", planned from node labels"
+
+
+def plan_summary(service: VLLMService, planned: list[PoolOutcome]) -> str:
+    """What the planned pools serve, for the Feasible message."""
+    w = service.spec.workload
+    return (
+        f"{len(planned)} pool(s) serve {w.concurrency} x {w.p99_context_tokens} tokens: "
+        + ", ".join(p.summary for p in planned)
+    )
+
+
+def _join(pools: list[PoolOutcome]) -> str:
+    return "; ".join(f"{p.gpu_type}: {p.message}" for p in pools)
+
+
+def service_status(
+    service: VLLMService,
+    old: VLLMServiceStatus,
+    pools: list[PoolOutcome],
+    now: datetime,
+    generation: Any,
+    note: str = "",
+) -> VLLMServiceStatus:
+    """Conditions Feasible / Progressing / Ready / Degraded, pools and summaries of one reconcile.
+
+    Remediation's conditions and the overrides/history are carried over from `old` unchanged.
+    """
+    pool_status: list[PoolStatus] = []
+    desired_total = ready_total = 0
+    for pool in pools:
+        replicas, ready = ready_counts(pool)
+        desired_total += replicas
+        ready_total += ready
+        pool_status.append(
+            PoolStatus(
+                gpu_type=pool.gpu_type,
+                deployment=pool.deployment_name,
+                replicas=replicas,
+                ready_replicas=ready,
+                feasible=pool.feasible,
+                plan=pool.plan,
+                message=pool.message or None,
+                observed=kept_observation(old.pools, pool.gpu_type, pool.plan),
+            )
+        )
+    planned = [p for p in pools if p.feasible and p.deployment is not None]
+    infeasible = [p for p in pools if not p.feasible]
+    no_nodes = [p for p in pools if p.reason == Reason.NO_MATCHING_NODES]
+
+    feasible: _Verdict
+    progressing: _Verdict
+    ready_cond: _Verdict
+    degraded: _Verdict
+    if planned and not infeasible:
+        feasible = ("True", Reason.ALL_POOLS_PLANNED, plan_summary(service, planned) + note)
+    elif planned:
+        feasible = (
+            "True",
+            Reason.SOME_POOLS_INFEASIBLE,
+            plan_summary(service, planned) + "; " + _join(infeasible) + note,
+        )
+    elif infeasible:
+        feasible = ("False", Reason.INFEASIBLE, _join(infeasible) + note)
+    else:
+        feasible = ("True", Reason.AWAITING_NODES, "No allowed GPU type has nodes yet")
+
+    if not planned and no_nodes:
+        progressing = ("False", Reason.NO_MATCHING_NODES, _join(no_nodes))
+    elif planned and not all(rollout_done(p) for p in planned):
+        progressing = (
+            "True",
+            Reason.ROLLING_OUT,
+            f"{ready_total}/{desired_total} replicas ready on the current plan",
+        )
+    elif planned:
+        progressing = ("False", Reason.ROLLOUT_COMPLETE, "Every pool runs its current plan")
+    else:
+        progressing = ("False", Reason.INFEASIBLE, "No pool can be planned")
+
+    if desired_total > 0 and ready_total >= desired_total and planned:
+        ready_cond = (
+            "True",
+            Reason.ALL_POOLS_READY,
+            f"{ready_total}/{desired_total} replicas ready",
+        )
+    elif service.spec.replicas == 0 and planned:
+        ready_cond = ("True", Reason.SCALED_TO_ZERO, "spec.replicas is 0")
+    else:
+        ready_cond = (
+            "False",
+            Reason.PODS_NOT_READY,
+            f"{ready_total}/{desired_total} replicas ready",
+        )
+
+    problems = infeasible + (no_nodes if planned else [])
+    degraded = (
+        ("True", Reason.POOLS_UNAVAILABLE, _join(problems))
+        if problems
+        else ("False", Reason.AS_EXPECTED, "")
+    )
+    conds = apply_conditions(
+        old.conditions,
+        [
+            (ConditionType.FEASIBLE, *feasible),
+            (ConditionType.PROGRESSING, *progressing),
+            (ConditionType.READY, *ready_cond),
+            (ConditionType.DEGRADED, *degraded),
+        ],
+        now,
+        generation,
+    )
+    summary = ",".join(
+        f"{gpu_short_name(p.product or p.gpu_type).upper()}x{ready_counts(p)[0]}" for p in planned
+    )
+    return old.model_copy(
+        update={
+            "observed_generation": _generation(generation),
+            "conditions": conds,
+            "pools": pool_status,
+            "gpu_pools": summary or None,
+            "ready": f"{ready_total}/{desired_total}",
+        }
+    )
+
+
+def transition_events(
+    old: VLLMServiceStatus, new: VLLMServiceStatus
+) -> list[tuple[str, Reason, str]]:
+    """(type, reason, message) of the Events a status change deserves: one per decision.
+
+    Only Feasible and Progressing transitions are announced (the others follow from them or are
+    remediation's own Events); a new status or reason is a decision, a new message alone is
+    progress and gets none. A first condition is announced only when it is a warning.
+    """
+    events: list[tuple[str, Reason, str]] = []
+    for cond in new.conditions:
+        if cond.type not in (ConditionType.FEASIBLE, ConditionType.PROGRESSING):
+            continue
+        before = find_condition(old.conditions, cond.type)
+        if before is not None and (before.status, before.reason) == (cond.status, cond.reason):
+            continue
+        warning = (cond.type == ConditionType.FEASIBLE and cond.status == "False") or (
+            cond.reason == Reason.NO_MATCHING_NODES
+        )
+        if before is None and not warning:
+            continue
+        events.append(("Warning" if warning else "Normal", Reason(cond.reason), cond.message))
+    return events
+
+
+__all__ = [
+    "apply_conditions",
+    "budget_note",
+    "parse_status",
+    "plan_summary",
+    "ready_counts",
+    "rejected_status",
+    "rollout_done",
+    "service_status",
+    "transition_events",
+]
