@@ -182,3 +182,12 @@ def test_every_release_has_image_and_serve_command() -> None:
         assert catalog.command == ("vllm", "serve")
         assert catalog.model_arg == "positional"
         assert len(catalog.source.sha256) == 64
+
+
+def test_the_default_version_has_one_home() -> None:
+    """Planner, memory model and CLI defaults all come from the catalog's index (its newest)."""
+    from vllm_operator.planning import memory, plan, versions
+
+    assert versions.DEFAULT_VLLM_VERSION == default_version() == supported_versions()[-1]
+    assert plan.default_version() == default_version()
+    assert memory.EngineArgs.model_fields["vllm_version"].default == default_version()

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from vllm_operator.catalog.architectures import Architecture, Quantization, QuantMethod
 from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.versions import (
+    DEFAULT_VLLM_VERSION,
     Engine,
     MemorySemantics,
     ProfilerEra,
@@ -74,7 +75,7 @@ class EngineArgs(BaseModel):
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False
-    vllm_version: str = "0.33.0"
+    vllm_version: str = DEFAULT_VLLM_VERSION
 
 
 class GpuMemory(BaseModel):

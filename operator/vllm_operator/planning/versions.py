@@ -12,7 +12,11 @@ from functools import total_ordering
 
 from pydantic import BaseModel, ConfigDict
 
-DEFAULT_VLLM_VERSION = "0.33.0"
+from vllm_operator.catalog.vllm.loader import default_version as _catalog_default
+
+DEFAULT_VLLM_VERSION = _catalog_default()
+"""The version new services get: the version catalog's default (its newest release), never typed
+here, so adding a release to hack/vllm-catalog/versions.txt moves it everywhere at once."""
 
 _VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(post\d+|\d+))?")
 

@@ -12,9 +12,9 @@ from vllm_operator.catalog.vllm.loader import (
     supported_versions,
 )
 from vllm_operator.catalog.vllm.metric_names import (
-    MetricNames,
-    possible_engines,
-    resolve_metric_names,
+    VllmMetricNames,
+    metric_names,
+    running_engines,
 )
 from vllm_operator.catalog.vllm.models import FlagSpec, MetricSpec, VersionCatalog
 from vllm_operator.catalog.vllm.validate import (
@@ -34,21 +34,21 @@ __all__ = [
     "ArgsError",
     "ContainerCommand",
     "FlagSpec",
-    "MetricNames",
     "MetricSpec",
     "Problem",
     "UnknownVersionError",
     "VersionCatalog",
+    "VllmMetricNames",
     "check_argv",
     "container_command",
     "default_version",
     "flags_matching",
     "image_for",
     "load_version",
-    "possible_engines",
+    "metric_names",
     "render_engine_args",
     "render_extra_args",
-    "resolve_metric_names",
+    "running_engines",
     "supported_versions",
     "unknown_option_message",
     "validate_argv",
