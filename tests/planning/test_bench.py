@@ -38,3 +38,21 @@ def test_bench_targets_hold() -> None:
         assert model in answered
     for r in results:
         assert r.answered or r.reason, r.row
+
+
+def test_every_logged_startup_failure_is_predicted() -> None:
+    bench = load_bench()
+    results = bench.run_all()
+    failures = [r for r in results if r.failure_logged]
+    assert failures
+    for r in failures:
+        assert r.answered and r.failure_predicted, r.row
+    assert not [r.row for r in results if r.failure_predicted and not r.failure_logged]
+
+
+def test_coverage_is_reported_by_era_gpu_and_family() -> None:
+    bench = load_bench()
+    text = bench.render(bench.run_all())
+    for heading in ("| era |", "| GPU family |", "| model family |"):
+        assert heading in text
+    assert "0.20+ (graphs subtracted, util 0.92)" in text

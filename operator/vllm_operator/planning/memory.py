@@ -42,6 +42,15 @@ KV_DTYPES_FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
 # temporaries (softmax, log-softmax, sort for top-p/k): 3.73-3.87 x the fp32 logits on
 # Llama-3.1-8B, Qwen2.5-7B, Gemma-2-27B, Qwen3-14B (v0.17/v0.19 rows).
 SAMPLER_LOGIT_COPIES = 3.85
+# Without FlashInfer (vLLM 0.10/0.11 pip wheels list it only as an extra: 'Provides-Extra:
+# flashinfer' in vllm-0.11.0.dist-info/METADATA), the V1 sampler falls back to the PyTorch-native
+# top-k/top-p path (v1/sample/ops/topk_topp_sampler.py, forward_native: logits.sort over the whole
+# vocabulary -> fp32 values + int64 indices, softmax, cumsum, mask, scatter). The profile's dummy
+# sampler run asks for top_k = vocab - 1 and top_p = 0.9 (gpu_model_runner._dummy_sampler_run),
+# so that path always runs. 8.8 fp32 copies reproduce gpt-oss-120b on H100 at 0.10.1 and 0.11.0
+# with 1024 sequences (vllm#23278, vllm#27508: 7.4 GiB above the weights at 8192 and at 1024
+# batched tokens alike, i.e. the sampler, not the forward pass), on the low-KV side.
+SAMPLER_LOGIT_COPIES_NATIVE = 8.8
 # Forward transient of one layer per token: gate_up (2*i) + act (i) + 3 residual-width buffers.
 # Reproduces Llama-3.1-8B at 20000 tokens (2.06 vs 2.07 GiB, v0.6.4) and CodeLlama-7B at 8192.
 ACTIVATION_CONST_GIB = 0.06
@@ -76,6 +85,13 @@ class EngineArgs(BaseModel):
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False
     vllm_version: str = DEFAULT_VLLM_VERSION
+    optional_kernels: bool = Field(
+        default=True,
+        description="FlashInfer and triton_kernels are installed, as in the vllm/vllm-openai "
+        "images the operator deploys (both are bundled or required by 0.33). False for a bare "
+        "pip install of an older wheel: the native sampler sorts the vocabulary, and MXFP4 MoE "
+        "on sm90 falls back to Marlin.",
+    )
 
 
 class GpuMemory(BaseModel):
@@ -112,6 +128,7 @@ class ResolvedArgs(BaseModel):
     enforce_eager: bool
     enable_chunked_prefill: bool
     vllm_version: str
+    optional_kernels: bool = True
 
 
 class MemoryEstimate(BaseModel):
@@ -204,11 +221,58 @@ def _mlp_params(arch: Architecture, layer: int, tp: int) -> tuple[float, float, 
     return routed, shared, float(h * experts)  # router replicated
 
 
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def mxfp4_padded_dims(
+    arch: Architecture,
+    *,
+    tp: int,
+    compute_capability: tuple[int, int] | None,
+    version: VllmVersion | None,
+    optional_kernels: bool = True,
+) -> tuple[int, int]:
+    """(hidden, intermediate per TP rank) of MXFP4 expert weights after the backend's padding.
+
+    vLLM pads both to the MoE kernel's tile (0.11.0 quantization/mxfp4.py create_weights,
+    0.33.0 fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size):
+    Marlin (below sm90, and on sm90 without triton_kernels: an optional package in 0.11.0,
+    `has_triton_kernels()`, bundled as vllm.third_party.triton_kernels later; vllm#23278 logs
+    'marlin_utils_fp4' on an H100 at 0.10.1) intermediate to 128, hidden to 256; FlashInfer TRTLLM
+    (sm100) intermediate to 256 (128 from 0.33), hidden to 256; Triton (sm90) intermediate to 64,
+    and its Hopper MX value layout (mxfp4_utils._swizzle_mxfp4) holds hidden at a multiple of 256:
+    measured, gpt-oss-120b logs 64.38 GiB with the Triton backend at 0.14.1 (vllm#33155), which
+    the unpadded shape under-counts by 5.6 %. gpt-oss has hidden 2880: padding adds 6.7 %.
+    """
+    hidden = arch.hidden_size
+    inter = (arch.moe_intermediate_size or arch.intermediate_size) // tp
+    major = compute_capability[0] if compute_capability is not None else 0
+    triton = optional_kernels or (version is not None and version.at_least("0.12.0"))
+    if major >= 10:
+        return _round_up(hidden, 256), _round_up(
+            inter, 128 if version is not None and version.at_least("0.33.0") else 256
+        )
+    if major == 9 and triton:
+        return _round_up(hidden, 256), _round_up(inter, 64)
+    return _round_up(hidden, 256), _round_up(inter, 128)
+
+
 def weights_bytes(
-    arch: Architecture, *, tp: int, pp: int, stage: int, dtype: str, quant: Quantization | None
+    arch: Architecture,
+    *,
+    tp: int,
+    pp: int,
+    stage: int,
+    dtype: str,
+    quant: Quantization | None,
+    compute_capability: tuple[int, int] | None = None,
+    version: VllmVersion | None = None,
+    optional_kernels: bool = True,
 ) -> float:
     """Weight bytes on one rank of PP stage `stage` (embeddings first stage, lm_head last)."""
     unq = dtype_bytes(dtype)
+    mxfp4 = quant is not None and quant.method is QuantMethod.MXFP4 and arch.is_moe
     layers = _layers_per_stage(arch.num_hidden_layers, pp)
     first = sum(layers[:stage])
     q_bytes = quant.bytes_per_param() if quant else unq
@@ -229,6 +293,19 @@ def weights_bytes(
             if not quant.experts_only:
                 mlp_b = q_bytes if mlp_quantised else unq
                 attn_b = unq if quant.mlp_only else q_bytes
+        if mxfp4 and routed:
+            # expert tensors at the padded shape, plus bf16 biases w13 [E, 2I] and w2 [E, H]
+            # (mxfp4.py create_weights registers w13_bias / w2_bias in torch.bfloat16)
+            hid, inter = mxfp4_padded_dims(
+                arch,
+                tp=tp,
+                compute_capability=compute_capability,
+                version=version,
+                optional_kernels=optional_kernels,
+            )
+            experts = arch.num_experts or 1
+            routed = 0.0
+            total += experts * 3 * hid * inter * q_bytes + experts * (2 * inter + hid) * 2
         total += attn_split * attn_b + attn_rep * attn_b + routed * routed_b + other_mlp * mlp_b
         total += (mlp_rep + 2 * arch.hidden_size) * unq  # router, two RMSNorms
     embed = arch.vocab_size * arch.hidden_size / tp * unq
@@ -287,7 +364,9 @@ def activation_bytes(
     forward = _forward_transient_bytes(arch, args.max_num_batched_tokens, tp, act_b)
     sampler = 0.0
     if last_stage:
-        sampler = SAMPLER_LOGIT_COPIES * args.max_num_seqs * arch.vocab_size * 4
+        native = sem.engine is Engine.V1 and not args.optional_kernels
+        copies = SAMPLER_LOGIT_COPIES_NATIVE if native else SAMPLER_LOGIT_COPIES
+        sampler = copies * args.max_num_seqs * arch.vocab_size * 4
         version = VllmVersion.parse(sem.version)
         lo, hi = LEGACY_V1_FULL_LOGITS
         if sem.engine is Engine.V1 and version.at_least(lo) and not version.at_least(hi):
@@ -488,6 +567,7 @@ def resolve_args(
         enforce_eager=args.enforce_eager,
         enable_chunked_prefill=chunked,
         vllm_version=version.text,
+        optional_kernels=args.optional_kernels,
     )
     return resolved, sem, notes
 
@@ -520,7 +600,20 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
     stages = _layers_per_stage(arch.num_hidden_layers, pp)
     best: tuple[int, float, float, float, float, int] | None = None
     for stage, layers in enumerate(stages):
-        w = weights_bytes(arch, tp=tp, pp=pp, stage=stage, dtype=resolved.dtype, quant=quant) / GIB
+        w = (
+            weights_bytes(
+                arch,
+                tp=tp,
+                pp=pp,
+                stage=stage,
+                dtype=resolved.dtype,
+                quant=quant,
+                compute_capability=gpu.compute_capability,
+                version=VllmVersion.parse(resolved.vllm_version),
+                optional_kernels=resolved.optional_kernels,
+            )
+            / GIB
+        )
         act = activation_bytes(arch, sem=sem, args=resolved, last_stage=stage == pp - 1) / GIB
         cg = cuda_graph_gib(arch, resolved, layers)
         kv = budget - w - act - nt - (cg if sem.subtracts_cuda_graphs else 0.0)
