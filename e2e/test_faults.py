@@ -155,3 +155,48 @@ def test_rendered_pods_pass_pod_security_restricted(kube: Kube, namespace: str) 
     with pytest.raises(ApiError) as err:
         kube.create(pod, dry_run=True)
     assert err.value.status == 403 and "restricted" in str(err.value)
+
+
+def test_foreign_field_manager_entries_cause_no_reapply(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Defect 3: another manager adding a list entry (a webhook's env var, a sidecar, a label)
+    made every later reconcile re-apply and post PlanApplied (lists had to be equal in length)."""
+    obj = example("llama-3.1-8b-l4.yaml", namespace)
+    name = obj["metadata"]["name"]
+    kube.apply(obj)
+    wait_condition(kube, namespace, name, "Ready", "True")
+    wait_condition(kube, namespace, name, "MetricsAvailable", "False")
+    dep_path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}-l4"
+    foreign = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": f"{name}-l4", "namespace": namespace, "labels": {"mesh": "on"}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "vllm", "env": [{"name": "INJECTED_BY_WEBHOOK", "value": "1"}]},
+                        {"name": "sidecar", "image": "registry.k8s.io/pause:3.10"},
+                    ]
+                }
+            }
+        },
+    }
+    applies_key = 'vllm_operator_api_writes_total{kind="apply"}'
+    applies = operator.metrics().get(applies_key, 0.0)
+    reconciles = operator.reconciles()
+    kube.apply(foreign, field_manager="e2e-webhook")
+    # The Deployment change itself triggers reconciles; a spec-free touch of the service another.
+    wait_for(lambda: operator.reconciles() > reconciles, timeout=60, what="a reconcile")
+    reconciles = operator.reconciles()
+    kube.patch(svc_path(namespace, name), {"metadata": {"labels": {"touched": "yes"}}})
+    wait_for(lambda: operator.reconciles() > reconciles, timeout=60, what="another reconcile")
+    live = kube.get(dep_path)
+    containers = {c["name"]: c for c in live["spec"]["template"]["spec"]["containers"]}
+    assert "sidecar" in containers
+    assert "INJECTED_BY_WEBHOOK" in {e["name"] for e in containers["vllm"]["env"]}
+    # Status may change (the sidecar rolls the pods); the operator's objects are not re-applied.
+    assert operator.metrics().get(applies_key, 0.0) == applies
+    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
+    assert len([e for e in events if e["reason"] == "PlanApplied"]) == 1

@@ -1,5 +1,6 @@
 """Only a real difference leads to an apply (zero writes when nothing changed)."""
 
+import copy
 from typing import Any
 
 from vllm_operator.reconcile.diff import is_subset, needs_apply
@@ -52,3 +53,100 @@ def test_list_length_change_is_a_difference() -> None:
 def test_int_or_string_spellings_are_equal() -> None:
     assert is_subset({"cpu": "2"}, {"cpu": 2})
     assert not is_subset({"cpu": "2"}, {"cpu": "3"})
+
+
+# --- Issue #20, defect 3: entries of other field managers never cause an apply ----------------
+
+POD: dict[str, Any] = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "x", "namespace": "d", "labels": {"a": "1"}},
+    "spec": {
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "vllm",
+                        "args": ["--port", "8000"],
+                        "env": [{"name": "HF_HOME", "value": "/c"}],
+                    }
+                ],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            }
+        }
+    },
+}
+
+# What the API server records for the operator's apply of POD (fieldsV1, abbreviated as served).
+OURS = {
+    "manager": "vllm-operator",
+    "operation": "Apply",
+    "apiVersion": "apps/v1",
+    "fieldsType": "FieldsV1",
+    "fieldsV1": {
+        "f:metadata": {"f:labels": {"f:a": {}}},
+        "f:spec": {
+            "f:template": {
+                "f:spec": {
+                    "f:containers": {
+                        'k:{"name":"vllm"}': {
+                            ".": {},
+                            "f:args": {},
+                            "f:env": {
+                                'k:{"name":"HF_HOME"}': {".": {}, "f:name": {}, "f:value": {}}
+                            },
+                            "f:name": {},
+                        }
+                    },
+                    "f:tolerations": {},
+                }
+            }
+        },
+    },
+}
+
+
+def live_with_foreign_entries() -> dict[str, Any]:
+    live = copy.deepcopy(POD)
+    live["metadata"]["managedFields"] = [copy.deepcopy(OURS)]
+    pod = live["spec"]["template"]["spec"]
+    # A webhook's env var, a sidecar, another manager's label: not ours, never re-applied.
+    pod["containers"][0]["env"].insert(0, {"name": "INJECTED", "value": "1"})
+    pod["containers"].append({"name": "istio-proxy", "image": "proxy"})
+    live["metadata"]["labels"]["team"] = "x"
+    return live
+
+
+def test_foreign_list_entries_do_not_trigger_an_apply() -> None:
+    assert not needs_apply(POD, live_with_foreign_entries())
+
+
+def test_foreign_entries_without_managed_fields_are_matched_by_key() -> None:
+    live = live_with_foreign_entries()
+    del live["metadata"]["managedFields"]
+    assert not needs_apply(POD, live)
+
+
+def test_a_changed_entry_of_ours_still_triggers_an_apply() -> None:
+    live = live_with_foreign_entries()
+    live["spec"]["template"]["spec"]["containers"][0]["env"][1]["value"] = "/other"
+    assert needs_apply(POD, live)
+    live = live_with_foreign_entries()
+    live["spec"]["template"]["spec"]["containers"][0]["args"].append("--x")  # atomic: ours whole
+    assert needs_apply(POD, live)
+
+
+def test_an_owned_entry_no_longer_desired_triggers_its_removal() -> None:
+    live = live_with_foreign_entries()
+    live["spec"]["template"]["spec"]["containers"][0]["env"].append({"name": "OLD", "value": "1"})
+    fields = live["metadata"]["managedFields"][0]["fieldsV1"]
+    env = fields["f:spec"]["f:template"]["f:spec"]["f:containers"]['k:{"name":"vllm"}']["f:env"]
+    env['k:{"name":"OLD"}'] = {".": {}, "f:name": {}, "f:value": {}}
+    assert needs_apply(POD, live)
+
+
+def test_an_owned_label_no_longer_desired_triggers_its_removal() -> None:
+    live = live_with_foreign_entries()
+    live["metadata"]["labels"]["gone"] = "1"
+    live["metadata"]["managedFields"][0]["fieldsV1"]["f:metadata"]["f:labels"]["f:gone"] = {}
+    assert needs_apply(POD, live)

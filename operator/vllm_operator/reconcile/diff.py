@@ -1,11 +1,29 @@
-"""Decide whether a desired object must be applied: the zero-write rule.
+"""Decide whether a desired object must be applied: the zero-write rule, with SSA semantics.
 
 The API server adds defaults (strategy fields, probe schemes, termination paths, ...) to what the
-operator applies, so the live object is a superset of the desired one. A desired object needs an
-apply exactly when one of its own fields is missing or different in the live object.
+operator applies, and other field managers add their own entries (an env var injected by a
+webhook, a sidecar, a toleration, an annotation). Server-side apply merges by ownership: applying
+the same desired object again changes nothing as long as (a) every field of `desired` is present
+with the same value and (b) nothing the operator owns (its `managedFields` entry) is missing from
+`desired` — an owned field left out would be removed by the apply.
+
+So the comparison walks `desired`, the live object and the operator's own `fieldsV1` together.
+List entries are matched by their key (`k:{"name":"vllm"}` in fieldsV1, or `name`/`mountPath`/...
+when the live object carries no managedFields), so entries added by other managers are ignored:
+they never cause an apply. Before this, lists had to be equal in length, and every foreign
+entry made every reconcile re-apply and post `PlanApplied` (issue #20, defect 3).
 """
 
+import json
 from typing import Any
+
+from vllm_operator.api.service import FIELD_MANAGER
+
+# Key fields of the associative lists the operator renders (core/v1, apps/v1, policy/v1), used
+# when the live object has no managedFields entry of ours (an object created before SSA, a fake).
+_LIST_KEYS = ("name", "mountPath", "containerPort", "port", "key")
+
+Fields = dict[str, Any]
 
 
 def _same_scalar(desired: Any, live: Any) -> bool:
@@ -17,17 +35,101 @@ def _same_scalar(desired: Any, live: Any) -> bool:
     return False
 
 
-def is_subset(desired: Any, live: Any) -> bool:
-    """True when every field of `desired` is present with the same value in `live`."""
+def owned_fields(live: dict[str, Any], manager: str = FIELD_MANAGER) -> Fields | None:
+    """The fieldsV1 tree `manager` owns through Apply on `live` (None: no such entry)."""
+    meta = live.get("metadata") or {}
+    for entry in meta.get("managedFields") or []:
+        if (
+            entry.get("manager") == manager
+            and entry.get("operation") == "Apply"
+            and not entry.get("subresource")
+        ):
+            fields: Fields = entry.get("fieldsV1") or {}
+            return fields
+    return None
+
+
+def _entry_key(owned_key: str) -> dict[str, Any] | None:
+    """The key of an associative list entry in fieldsV1 (`k:{"name":"x"}`), or None."""
+    if not owned_key.startswith("k:"):
+        return None
+    try:
+        parsed = json.loads(owned_key[2:])
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _matches_key(entry: Any, key: dict[str, Any]) -> bool:
+    return isinstance(entry, dict) and all(
+        k in entry and _same_scalar(v, entry[k]) for k, v in key.items()
+    )
+
+
+def _fallback_key(entry: Any) -> dict[str, Any] | None:
+    if not isinstance(entry, dict):
+        return None
+    for field in _LIST_KEYS:
+        if field in entry:
+            return {field: entry[field]}
+    return None
+
+
+def _list_subset(desired: list[Any], live: list[Any], owned: Fields | None) -> bool:
+    keyed = {k: v for k, v in (owned or {}).items() if k.startswith("k:")}
+    atomic = owned is not None and not keyed and not any(k.startswith("v:") for k in owned)
+    unkeyed = not keyed and any(_fallback_key(d) is None for d in desired)
+    if atomic or unkeyed or not desired:
+        # An atomic list (or scalars): the operator owns it whole, so it must be equal.
+        if len(desired) != len(live):
+            return False
+        return all(is_subset(d, v) for d, v in zip(desired, live, strict=True))
+    owned_keys = [(_entry_key(k), child) for k, child in keyed.items()]
+    for entry in desired:
+        child: Fields | None = None
+        key = None
+        for candidate, candidate_child in owned_keys:
+            if candidate is not None and _matches_key(entry, candidate):
+                key, child = candidate, candidate_child
+                break
+        key = key or _fallback_key(entry)
+        if key is None:
+            return False
+        found = [v for v in live if _matches_key(v, key)]
+        if len(found) != 1 or not is_subset(entry, found[0], child):
+            return False
+    # An entry the operator owns but no longer desires: the apply would remove it.
+    for candidate, _ in owned_keys:
+        if candidate is not None and not any(_matches_key(d, candidate) for d in desired):
+            return False
+    return True
+
+
+def is_subset(desired: Any, live: Any, owned: Fields | None = None) -> bool:
+    """True when applying `desired` over `live` would change nothing.
+
+    `owned` is the operator's fieldsV1 at this level (None when unknown): a field owned but not
+    desired means the apply would remove it.
+    """
     if isinstance(desired, dict):
         if not isinstance(live, dict):
             return False
+        for k, v in desired.items():
+            if k not in live:
+                return False
+            child = owned.get(f"f:{k}") if owned is not None else None
+            if not is_subset(v, live[k], child):
+                return False
+        if owned is not None:
+            for field in owned:
+                if field.startswith("f:") and field[2:] not in desired and field[2:] in live:
+                    return False
         # An empty desired map (e.g. emptyDir: {}) matches whatever the server filled in.
-        return all(k in live and is_subset(v, live[k]) for k, v in desired.items())
+        return True
     if isinstance(desired, list):
-        if not isinstance(live, list) or len(desired) != len(live):
+        if not isinstance(live, list):
             return False
-        return all(is_subset(d, v) for d, v in zip(desired, live, strict=True))
+        return _list_subset(desired, live, owned)
     return _same_scalar(desired, live)
 
 
@@ -36,4 +138,7 @@ def needs_apply(desired: dict[str, Any], live: dict[str, Any] | None) -> bool:
     if live is None:
         return True
     fields = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind")}
-    return not is_subset(fields, live)
+    owned = owned_fields(live)
+    if owned is not None:
+        owned = {k: v for k, v in owned.items() if k not in ("f:apiVersion", "f:kind")}
+    return not is_subset(fields, live, owned)
