@@ -23,6 +23,7 @@ from vllm_operator.api.service import (
     VERSION,
     VLLMService,
 )
+from vllm_operator.api.spec import MAX_SERVICE_NAME, SERVICE_NAME_PATTERN
 
 Schema = dict[str, Any]
 
@@ -86,7 +87,7 @@ def _structural(node: Schema, defs: dict[str, Schema]) -> Schema:
             rules = out.setdefault("x-kubernetes-validations", [])
             rules.append(
                 {
-                    "rule": f"self.all(k, k.matches('{pattern}'))",
+                    "rule": f"self.all(k, k.matches(r'{pattern}'))",
                     "message": f"every key must match {pattern}",
                 }
             )
@@ -111,7 +112,20 @@ def openapi_schema() -> Schema:
     defs = raw.get("$defs", {})
     schema = _structural(raw, defs)
     props = schema["properties"]
-    props["metadata"] = {"type": "object"}
+    # The only metadata a CRD schema may restrict is name and generateName (nothing else, not even
+    # a description on metadata itself).
+    props["metadata"] = {
+        "type": "object",
+        "properties": {
+            "name": {
+                "type": "string",
+                "maxLength": MAX_SERVICE_NAME,
+                "pattern": SERVICE_NAME_PATTERN,
+                "description": "A DNS-1035 label of at most 63 characters: it names the Service "
+                "and is the value of the instance label of every owned object.",
+            }
+        },
+    }
     props["apiVersion"] = {"type": "string", "description": props["apiVersion"]["description"]}
     props["kind"] = {"type": "string", "description": props["kind"]["description"]}
     schema["required"] = ["spec"]

@@ -13,6 +13,20 @@ from pydantic import BaseModel, ValidationError
 from vllm_operator.api.base import ApiModel
 
 
+class FieldProblem(ValueError):
+    """A cross-field rule broken at `subpath` below the model whose validator raises it.
+
+    Why: a pydantic model validator reports at the model's own location, while the CRD's CEL rule
+    names the offending field (its fieldPath). Raising this keeps `validate` and the API server on
+    the same path, e.g. spec.remediation.maxReplicas rather than spec.
+    """
+
+    def __init__(self, subpath: str, message: str) -> None:
+        super().__init__(message)
+        self.subpath = subpath
+        self.message = message
+
+
 class Problem(ApiModel):
     """One thing wrong with an object."""
 
@@ -108,9 +122,14 @@ def problems_from(
         if message.startswith("Value error, "):
             message = message.removeprefix("Value error, ")
         value = None if item["type"] in ("missing", "extra_forbidden") else item.get("input")
+        path = _path(loc)
+        cause = (item.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldProblem):
+            message, value = cause.message, None
+            sep = "" if not path or cause.subpath.startswith("[") else "."
+            path = f"{path}{sep}{cause.subpath}"
         if isinstance(value, dict | list):
             value = None
-        path = _path(loc)
         if prefix:
             path = f"{prefix}.{path}" if path else prefix
         out.append(

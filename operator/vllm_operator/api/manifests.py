@@ -1,9 +1,12 @@
 """Read VLLMService manifests from YAML text.
 
 Parsing is pure (text in, models or problems out) so the CLI, the golden tests and the
-controller share one path from user input to typed objects.
+controller share one path from user input to typed objects: `check_service` is what the API
+server would accept (strict types as its JSON decoder sees them: no "16" for an integer, no true
+for a number, integers within int64) plus the operator's own rules.
 """
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,9 +28,73 @@ class ParsedDocument:
     skipped: str = ""
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_DEPTH = 64
+"""Deepest nesting a manifest may have; a VLLMService is about 8 levels deep, and deeper input
+(a YAML bomb, 500 nested lists) is refused before it reaches recursive code."""
+
+
+class ServiceInvalid(Exception):
+    """The object is not a VLLMService the operator can act on; `problems` say why, each one with
+    its field path."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
+
+
+def _shape_problems(obj: Any, path: str = "", depth: int = 0) -> list[Problem]:
+    """Integers the API server could not store (int64) and nesting deeper than MAX_DEPTH."""
+    if depth > MAX_DEPTH:
+        return [Problem(path=path, message=f"nested deeper than {MAX_DEPTH} levels")]
+    if isinstance(obj, bool):
+        return []
+    if isinstance(obj, int) and not INT64_MIN <= obj <= INT64_MAX:
+        return [
+            Problem(
+                path=path,
+                value=obj,
+                message="integer out of range",
+                accepted=f"an integer between {INT64_MIN} and {INT64_MAX} (int64)",
+            )
+        ]
+    items: list[tuple[str | int, Any]] = []
+    if isinstance(obj, dict):
+        items = [(str(k), v) for k, v in obj.items()]
+    elif isinstance(obj, list):
+        items = list(enumerate(obj))
+    out: list[Problem] = []
+    for key, value in items:
+        out.extend(_shape_problems(value, _join(path, key), depth + 1))
+    return out
+
+
+def check_service(obj: Any) -> VLLMService:
+    """The one validation path: a decoded object as the operator would accept it.
+
+    Raises ServiceInvalid with every problem. Used by `validate`, `plan`, `render` and the
+    controller, so they refuse exactly the same objects.
+    """
+    problems = _shape_problems(obj)
+    if problems:
+        raise ServiceInvalid(problems)
+    try:
+        # JSON mode + strict: types as the API server's decoder sees them (YAML timestamps and
+        # other non-JSON scalars become strings, as kubectl's YAML-to-JSON conversion does).
+        return VLLMService.model_validate_json(json.dumps(obj, default=str), strict=True)
+    except ValidationError as exc:
+        raise ServiceInvalid(problems_from(exc, VLLMService)) from exc
+
+
 def parse_service(obj: Any) -> VLLMService:
-    """Validate one decoded object as a VLLMService (raises pydantic.ValidationError)."""
-    return VLLMService.model_validate(obj)
+    """Validate one decoded object as a VLLMService (raises ServiceInvalid)."""
+    return check_service(obj)
 
 
 def parse_documents(text: str) -> list[ParsedDocument]:
@@ -80,7 +147,7 @@ def parse_documents(text: str) -> list[ParsedDocument]:
                 out.append(ParsedDocument(index, name, skipped=f"kind {doc.get('kind')!r}"))
             continue
         try:
-            out.append(ParsedDocument(index, name, service=parse_service(doc)))
-        except ValidationError as exc:
-            out.append(ParsedDocument(index, name, problems=problems_from(exc, VLLMService)))
+            out.append(ParsedDocument(index, name, service=check_service(doc)))
+        except ServiceInvalid as exc:
+            out.append(ParsedDocument(index, name, problems=exc.problems))
     return out

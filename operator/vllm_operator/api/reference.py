@@ -195,7 +195,7 @@ def render_reference(crd: Schema) -> str:
             out += [f"| {c['name']} | {c['type']} | `{c['jsonPath']}` |" for c in columns]
             out.append("")
         out.append(render_object(names["kind"], schema, root=True))
-        for top in ("spec", "status"):
+        for top in ("metadata", "spec", "status"):
             node = schema.get("properties", {}).get(top)
             if node is None:
                 continue

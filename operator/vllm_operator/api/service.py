@@ -1,11 +1,13 @@
 """The VLLMService resource: group, version, names and the top-level object."""
 
+import re
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from vllm_operator.api.base import ApiModel
-from vllm_operator.api.spec import VLLMServiceSpec
+from vllm_operator.api.errors import FieldProblem
+from vllm_operator.api.spec import MAX_SERVICE_NAME, SERVICE_NAME_PATTERN, VLLMServiceSpec
 from vllm_operator.api.status import VLLMServiceStatus
 
 GROUP = "serving.vllm-operator.dev"
@@ -39,6 +41,22 @@ class VLLMService(ApiModel):
     status: VLLMServiceStatus | None = Field(
         default=None, description="What the operator observed and planned."
     )
+
+    @model_validator(mode="after")
+    def _name_fits(self) -> "VLLMService":
+        # Mirrors the CRD's schema for metadata.name (see api/crd.py).
+        name = self.metadata.get("name")
+        if name is None:
+            return self
+        if not isinstance(name, str) or len(name) > MAX_SERVICE_NAME:
+            raise FieldProblem("metadata.name", f"must be at most {MAX_SERVICE_NAME} characters")
+        if not re.match(SERVICE_NAME_PATTERN, name):
+            raise FieldProblem(
+                "metadata.name",
+                "must be a DNS-1035 label: lower-case letters, digits and '-', starting with a "
+                "letter and ending with a letter or digit",
+            )
+        return self
 
     @property
     def name(self) -> str:

@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.config import JsonDict
 
 from vllm_operator.api.base import ApiModel
+from vllm_operator.api.errors import FieldProblem
 from vllm_operator.api.security import SecuritySpec
 
 VERSION_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+|\.[0-9]+)?$"
@@ -37,6 +38,45 @@ DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 FLAG_PATTERN = r"^--[a-z0-9][a-z0-9-]*$"
+SERVICE_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+"""metadata.name of a VLLMService: a DNS-1035 label, because it names the Kubernetes Service
+(`<name>`, or `vllm-api` for `vllm`), which must start with a letter and hold no dots."""
+
+MAX_SERVICE_NAME = 63
+"""Longest metadata.name. The name is used verbatim as the Service and PDB name and as the value
+of the labels app.kubernetes.io/instance and serving.vllm-operator.dev/service (label values are
+limited to 63 characters), so 63 is the bound. Deployment names (`<name>-<gpu-short-name>`, the
+short name up to 30 characters) are kept within 47 characters by rendering/names.py with a hash
+suffix, so they never constrain the service name; pod names (deployment + 17) stay within 63 too."""
+
+QUALIFIED_NAME_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+"""A label key (optional DNS-subdomain prefix, a name of at most 63 characters), as in
+k8s.io/apimachinery IsQualifiedName; the prefix's 253-character bound is a separate rule."""
+LABEL_VALUE_OR_EMPTY_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+NO_CONTROL_CHARS_PATTERN = r"^[^\x00-\x1f\x7f]*$"
+
+OPERATOR_OWNED_EXTRA_ARGS: dict[str, str] = {
+    "--model": "the operator passes the model itself",
+    "--port": "the operator sets the port its probes and Service use",
+    "--host": "the probes and the Service reach vLLM on the pod IP; another bind address "
+    "makes the pod unreachable",
+    "--uds": "a Unix socket replaces the TCP port the probes and the Service use",
+    "--ssl-keyfile": "the probes and the Service speak plain HTTP to the pod",
+    "--ssl-certfile": "the probes and the Service speak plain HTTP to the pod",
+    "--headless": "a headless engine serves no API for the probes and the Service",
+    "--disable-log-stats": "it removes every vllm: Prometheus metric the operator watches",
+}
+"""extraArgs the renderer owns (the pod contract: model, bind address, port, plain HTTP, metrics),
+refused by name at admission whatever allowPlannerOverride says. `--served-model-name` is refused
+too when the model comes from a PVC, where the operator sets it to model.name."""
+
+MIN_EFFECTIVE_UTILIZATION = 0.01
+"""Smallest maxGpuMemoryUtilization - memoryHeadroomFraction: the planner floors the utilization
+to hundredths and vLLM needs it above 0, so anything below 0.01 would plan a zero budget."""
+_FLOAT_SLACK = 1e-9
 
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
 GpuType = Annotated[
@@ -142,6 +182,30 @@ class Architecture(ApiModel):
     Hugging Face config.json keys in camelCase.
     """
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "has(self.headDim) || self.hiddenSize % self.numAttentionHeads == 0",
+                    "hiddenSize must be divisible by numAttentionHeads (or set headDim)",
+                    ".hiddenSize",
+                ),
+                _cel(
+                    "!has(self.numKeyValueHeads) || (self.numKeyValueHeads <= "
+                    "self.numAttentionHeads && self.numAttentionHeads % self.numKeyValueHeads == 0)",
+                    "numAttentionHeads must be a multiple of numKeyValueHeads",
+                    ".numKeyValueHeads",
+                ),
+                _cel(
+                    "!has(self.numExpertsPerToken) || (has(self.numExperts) && "
+                    "self.numExpertsPerToken <= self.numExperts)",
+                    "numExpertsPerToken must not exceed numExperts",
+                    ".numExpertsPerToken",
+                ),
+            ]
+        }
+    )
+
     model_type: str | None = Field(
         default=None,
         description="Hugging Face model_type (llama, qwen2, mixtral, deepseek_v3, ...). Informational.",
@@ -207,6 +271,24 @@ class Architecture(ApiModel):
         "the dimensions for weight sizing).",
     )
 
+    @model_validator(mode="after")
+    def _consistent(self) -> "Architecture":
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise FieldProblem(
+                "hiddenSize", "hiddenSize must be divisible by numAttentionHeads (or set headDim)"
+            )
+        kv = self.num_key_value_heads
+        if kv is not None and (kv > self.num_attention_heads or self.num_attention_heads % kv):
+            raise FieldProblem(
+                "numKeyValueHeads", "numAttentionHeads must be a multiple of numKeyValueHeads"
+            )
+        per_token = self.num_experts_per_token
+        if per_token is not None and (self.num_experts is None or per_token > self.num_experts):
+            raise FieldProblem(
+                "numExpertsPerToken", "numExpertsPerToken must not exceed numExperts"
+            )
+        return self
+
 
 class ModelSpec(ApiModel):
     """The model to serve."""
@@ -214,6 +296,7 @@ class ModelSpec(ApiModel):
     name: str = Field(
         min_length=1,
         max_length=512,
+        pattern=NO_CONTROL_CHARS_PATTERN,
         description="Hugging Face repository id (for example meta-llama/Llama-3.1-8B-Instruct) or, "
         "with a pvc source, a name used as vLLM's served model name.",
     )
@@ -221,6 +304,7 @@ class ModelSpec(ApiModel):
         default=None,
         min_length=1,
         max_length=255,
+        pattern=NO_CONTROL_CHARS_PATTERN,
         description="Git revision (branch, tag or commit) on the Hub. Pin a commit for reproducible plans.",
     )
     source: ModelSource = Field(
@@ -253,7 +337,9 @@ class ModelSpec(ApiModel):
 class EnvVar(ApiModel):
     """An environment variable for the vLLM container."""
 
-    name: str = Field(min_length=1, pattern=ENV_NAME_PATTERN, description="Variable name.")
+    name: str = Field(
+        min_length=1, max_length=253, pattern=ENV_NAME_PATTERN, description="Variable name."
+    )
     value: str = Field(default="", description="Variable value.")
 
 
@@ -275,6 +361,12 @@ class VllmSpec(ApiModel):
     extra_args: dict[Annotated[str, StringConstraints(pattern=FLAG_PATTERN)], str] = Field(
         default_factory=dict,
         max_length=64,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(f"!('{flag}' in self)", f"{flag} cannot be set in extraArgs: {why}")
+                for flag, why in OPERATOR_OWNED_EXTRA_ARGS.items()
+            ]
+        },
         description='Extra vLLM flags by long name (--flag: value). Use "true"/"false" for '
         'boolean flags (rendered as --flag / --no-flag) and "" for flags without a value. '
         "Validated against the pinned version; flags the planner owns are rejected unless "
@@ -289,8 +381,27 @@ class VllmSpec(ApiModel):
     env: list[EnvVar] = Field(
         default_factory=list,
         max_length=128,
-        description="Extra environment variables for the vLLM container.",
+        description="Extra environment variables for the vLLM container (names unique).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
+
+    @field_validator("extra_args")
+    @classmethod
+    def _not_operator_owned(cls, value: dict[str, str]) -> dict[str, str]:
+        for flag, why in OPERATOR_OWNED_EXTRA_ARGS.items():
+            if flag in value:
+                raise ValueError(f"{flag} cannot be set in extraArgs: {why}")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _unique_env(cls, value: list[EnvVar]) -> list[EnvVar]:
+        seen: set[str] = set()
+        for index, var in enumerate(value):
+            if var.name in seen:
+                raise FieldProblem(f"[{index}]", f"duplicate env name {var.name!r}")
+            seen.add(var.name)
+        return value
 
 
 # ------------------------------------------------------------------------------------- workload
@@ -373,21 +484,67 @@ class WorkloadSpec(ApiModel):
 
 
 class Toleration(ApiModel):
-    """A pod toleration, as in core/v1 Toleration."""
+    """A pod toleration, as in core/v1 Toleration (with the API server's own rules)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!(has(self.operator) && self.operator == 'Exists') || !has(self.value) "
+                    "|| size(self.value) == 0",
+                    "value must be empty when operator is Exists",
+                    ".value",
+                ),
+                _cel(
+                    "(has(self.key) && size(self.key) > 0) || "
+                    "(has(self.operator) && self.operator == 'Exists')",
+                    "operator must be Exists when key is empty (tolerate every taint)",
+                    ".operator",
+                ),
+                _cel(
+                    "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                    "effect must be NoExecute when tolerationSeconds is set",
+                    ".effect",
+                ),
+            ]
+        }
+    )
 
     key: str | None = Field(
-        default=None, description="Taint key to tolerate; empty means all keys."
+        default=None,
+        max_length=317,
+        pattern=QUALIFIED_NAME_PATTERN,
+        description="Taint key to tolerate; empty (with operator Exists) means all keys.",
     )
     operator: Literal["Exists", "Equal"] = Field(
         default="Equal", description="Exists or Equal. Defaults to Equal."
     )
-    value: str | None = Field(default=None, description="Taint value to match with Equal.")
+    value: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=LABEL_VALUE_OR_EMPTY_PATTERN,
+        description="Taint value to match with Equal; must be empty with Exists.",
+    )
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to match; empty means all effects."
     )
     toleration_seconds: int | None = Field(
-        default=None, description="How long a NoExecute taint is tolerated."
+        default=None,
+        description="How long a NoExecute taint is tolerated (effect must be NoExecute).",
+        json_schema_extra={"format": "int64"},
     )
+
+    @model_validator(mode="after")
+    def _core_rules(self) -> "Toleration":
+        if self.operator == "Exists" and self.value:
+            raise FieldProblem("value", "value must be empty when operator is Exists")
+        if not self.key and self.operator != "Exists":
+            raise FieldProblem(
+                "operator", "operator must be Exists when key is empty (tolerate every taint)"
+            )
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise FieldProblem("effect", "effect must be NoExecute when tolerationSeconds is set")
+        return self
 
 
 class PlacementSpec(ApiModel):
@@ -401,14 +558,40 @@ class PlacementSpec(ApiModel):
         "(nvidia.com/gpu.product, for example NVIDIA-H100-80GB-HBM3, NVIDIA-L4, Tesla-T4) or "
         "catalog aliases (H100-80GB, L4). One Deployment (pool) is planned per type present in "
         "the cluster.",
-        json_schema_extra={"x-kubernetes-list-type": "set"},
+        json_schema_extra={
+            "x-kubernetes-list-type": "set",
+            "x-kubernetes-validations": [
+                _cel(
+                    "self.all(x, self.exists_one(y, y.lowerAscii() == x.lowerAscii()))",
+                    "gpuTypes must be unique, ignoring case (each names one pool)",
+                )
+            ],
+        },
     )
-    node_selector: dict[str, str] = Field(
+    node_selector: dict[
+        Annotated[str, StringConstraints(pattern=QUALIFIED_NAME_PATTERN)],
+        Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_OR_EMPTY_PATTERN)],
+    ] = Field(
         default_factory=dict,
-        description="Extra node labels every pool's pods must match (added to the GPU product selector).",
+        max_length=64,
+        description="Extra node labels every pool's pods must match (added to the GPU product "
+        "selector, which the operator sets per pool: nvidia.com/gpu.product is refused here).",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "self.all(k, k.indexOf('/') <= 253)",
+                    "a label key's prefix must be at most 253 characters",
+                ),
+                _cel(
+                    "!('nvidia.com/gpu.product' in self)",
+                    "nvidia.com/gpu.product is set per pool from gpuTypes",
+                ),
+            ]
+        },
     )
     tolerations: list[Toleration] = Field(
         default_factory=list,
+        max_length=64,
         description="Tolerations for the vLLM pods (GPU nodes are often tainted).",
     )
     max_gpus_per_replica: int = Field(
@@ -419,6 +602,25 @@ class PlacementSpec(ApiModel):
         description="Largest tensor-parallel size the planner may choose. Defaults to 8.",
     )
 
+    @field_validator("gpu_types")
+    @classmethod
+    def _unique_gpu_types(cls, value: list[str]) -> list[str]:
+        seen: set[str] = set()
+        for gpu in value:
+            if gpu.lower() in seen:
+                raise ValueError("gpuTypes must be unique, ignoring case (each names one pool)")
+            seen.add(gpu.lower())
+        return value
+
+    @field_validator("node_selector")
+    @classmethod
+    def _selector_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        if any(k.find("/") > 253 for k in value):
+            raise ValueError("a label key's prefix must be at most 253 characters")
+        if "nvidia.com/gpu.product" in value:
+            raise ValueError("nvidia.com/gpu.product is set per pool from gpuTypes")
+        return value
+
 
 # ------------------------------------------------------------------------------- safety / repair
 
@@ -426,9 +628,24 @@ class PlacementSpec(ApiModel):
 class SafetySpec(ApiModel):
     """Memory safety margins the planner must respect."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "(has(self.maxGpuMemoryUtilization) ? self.maxGpuMemoryUtilization : 0.9) - "
+                    "(has(self.memoryHeadroomFraction) ? self.memoryHeadroomFraction : 0.0) >= "
+                    f"{MIN_EFFECTIVE_UTILIZATION - _FLOAT_SLACK!r}",
+                    "maxGpuMemoryUtilization - memoryHeadroomFraction must be at least "
+                    f"{MIN_EFFECTIVE_UTILIZATION} (the utilization vLLM gets)",
+                    ".memoryHeadroomFraction",
+                )
+            ]
+        }
+    )
+
     max_gpu_memory_utilization: float = Field(
         default=0.90,
-        gt=0.0,
+        ge=MIN_EFFECTIVE_UTILIZATION,
         le=0.98,
         description="Ceiling for vLLM's --gpu-memory-utilization. Defaults to 0.90, the safe value "
         "on shared GPUs and below the 0.95 where CUDA-graph capture classically runs out of memory.",
@@ -438,8 +655,19 @@ class SafetySpec(ApiModel):
         ge=0.0,
         le=0.5,
         description="Fraction of GPU memory kept free below the ceiling for bursts and "
-        "fragmentation. Defaults to 0.",
+        "fragmentation; the ceiling minus this must stay at least 0.01. Defaults to 0.",
     )
+
+    @model_validator(mode="after")
+    def _usable_utilization(self) -> "SafetySpec":
+        effective = self.max_gpu_memory_utilization - self.memory_headroom_fraction
+        if effective < MIN_EFFECTIVE_UTILIZATION - _FLOAT_SLACK:
+            raise FieldProblem(
+                "memoryHeadroomFraction",
+                "maxGpuMemoryUtilization - memoryHeadroomFraction must be at least "
+                f"{MIN_EFFECTIVE_UTILIZATION} (the utilization vLLM gets)",
+            )
+        return self
 
 
 class RemediationMode(StrEnum):
@@ -583,6 +811,26 @@ class RolloutSpec(ApiModel):
 class VLLMServiceSpec(ApiModel):
     """Desired state of a VLLMService: a model served at a P99 context and concurrency."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel(
+                    "!has(self.remediation) || !has(self.remediation.maxReplicas) || "
+                    "self.remediation.maxReplicas >= (has(self.replicas) ? self.replicas : 1)",
+                    "maxReplicas must be greater than or equal to replicas",
+                    ".remediation.maxReplicas",
+                ),
+                _cel(
+                    "!has(self.vllm.extraArgs) || !('--served-model-name' in self.vllm.extraArgs) "
+                    "|| !has(self.model.source) || !has(self.model.source.pvc)",
+                    "--served-model-name cannot be set in extraArgs with a pvc source: the "
+                    "operator serves the model under model.name",
+                    ".vllm.extraArgs",
+                ),
+            ]
+        }
+    )
+
     model: ModelSpec = Field(description="The model to serve.")
     vllm: VllmSpec = Field(description="The pinned vLLM release.")
     workload: WorkloadSpec = Field(description="Traffic the service must sustain.")
@@ -610,3 +858,18 @@ class VLLMServiceSpec(ApiModel):
         "'restricted' level: non-root (UID/GID 1000), RuntimeDefault seccomp, no privilege "
         "escalation, every capability dropped.",
     )
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> "VLLMServiceSpec":
+        cap = self.remediation.max_replicas
+        if cap is not None and cap < self.replicas:
+            raise FieldProblem(
+                "remediation.maxReplicas", "maxReplicas must be greater than or equal to replicas"
+            )
+        if "--served-model-name" in self.vllm.extra_args and self.model.source.pvc is not None:
+            raise FieldProblem(
+                "vllm.extraArgs",
+                "--served-model-name cannot be set in extraArgs with a pvc source: the operator "
+                "serves the model under model.name",
+            )
+        return self

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+from vllm_operator.api.spec import OPERATOR_OWNED_EXTRA_ARGS
 from vllm_operator.catalog.vllm.errors import ArgsError, Problem
 from vllm_operator.catalog.vllm.loader import (
     dest_index,
@@ -51,12 +52,9 @@ PLANNER_OWNED_FLAGS: frozenset[str] = frozenset(
 negatives such as ``--no-enable-prefix-caching`` map to these). Extra args may set them only
 with an explicit override."""
 
-OPERATOR_OWNED_FLAGS: Mapping[str, str] = {
-    "--model": "the operator passes the model itself",
-    "--port": "the operator sets the port its probes and Service use",
-    "--disable-log-stats": "it removes every vllm: Prometheus metric the operator watches",
-}
-"""Flags extra args may never set, whatever the override says, and why."""
+OPERATOR_OWNED_FLAGS: Mapping[str, str] = OPERATOR_OWNED_EXTRA_ARGS
+"""Flags extra args may never set, whatever the override says, and why (one list with the CRD's
+admission rules, in api/spec.py)."""
 
 _BOOL_KINDS = frozenset({"bool_optional", "store_true", "store_false", "store_boolean"})
 _HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgGtT]?$")
