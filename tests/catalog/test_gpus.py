@@ -5,6 +5,7 @@ import pytest
 from vllm_operator.catalog.gpus import (
     Fp8Support,
     UnknownGpuError,
+    gfd_compute_capability,
     known_labels,
     lookup_gpu,
     lookup_gpu_by_memory,
@@ -12,11 +13,11 @@ from vllm_operator.catalog.gpus import (
 )
 
 
-def test_catalog_lists_the_31_labelled_gpus_minus_amd() -> None:
+def test_catalog_lists_the_labelled_gpus_minus_amd() -> None:
     labels = known_labels()
     assert "NVIDIA-H100-80GB-HBM3" in labels
     assert "Tesla-T4" in labels
-    assert len(labels) == 28  # 31 rows, 3 AMD parts without a GFD label
+    assert len(labels) == 39  # 42 rows, 3 AMD parts without a GFD label
 
 
 def test_h100_uses_the_cuda_total_measured_in_startup_logs() -> None:
@@ -90,3 +91,74 @@ def test_lookup_by_memory_uses_a_unique_match_and_is_conservative_otherwise() ->
 
 def test_a10g_capability_is_filled_in() -> None:
     assert lookup_gpu("NVIDIA-A10G").compute_capability == (8, 6)
+
+
+@pytest.mark.parametrize(
+    ("label", "mib", "cc"),
+    [
+        ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", 97887, (12, 0)),
+        ("NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition", 97887, (12, 0)),
+        ("NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition", 97887, (12, 0)),
+        ("NVIDIA-RTX-PRO-4500-Blackwell-Server-Edition", 32623, (12, 0)),
+        ("NVIDIA-GeForce-RTX-5090", 32607, (12, 0)),
+        ("NVIDIA-GeForce-RTX-5080", 16303, (12, 0)),
+        ("NVIDIA-GeForce-RTX-5070-Ti", 16303, (12, 0)),
+        ("NVIDIA-GeForce-RTX-5070", 12227, (12, 0)),
+        ("NVIDIA-GeForce-RTX-5060-Ti", 16311, (12, 0)),
+        ("NVIDIA-H20-3e", 143771, (9, 0)),
+        ("NVIDIA-H20", 97871, (9, 0)),
+    ],
+)
+def test_blackwell_and_2026_parts_by_their_gfd_labels(
+    label: str, mib: int, cc: tuple[int, int]
+) -> None:
+    gpu = lookup_gpu(label)
+    assert gpu.total_mib == mib and gpu.compute_capability == cc
+    assert gpu.bf16 and gpu.fp8 is Fp8Support.NATIVE
+
+
+def test_measured_cuda_totals_of_blackwell_cards() -> None:
+    """vllm#51590: RTX PRO 4500 31.38 GiB; club-3090#1087: RTX 5090 'Free memory (30.27/31.4)'."""
+    assert lookup_gpu("NVIDIA-RTX-PRO-4500-Blackwell-Server-Edition").cuda_total_gib == 31.38
+    assert lookup_gpu("NVIDIA-GeForce-RTX-5090").cuda_total_gib == 31.4
+
+
+def test_b300_is_known_but_needs_the_node_memory_label() -> None:
+    with pytest.raises(UnknownGpuError) as info:
+        lookup_gpu("NVIDIA-B300-SXM6-AC")
+    assert "nvidia.com/gpu.memory" in str(info.value) and "10.3" in str(info.value)
+    gpu = lookup_gpu("NVIDIA-B300-SXM6-AC", memory_mib=275040)
+    assert gpu.compute_capability == (10, 3) and gpu.bf16
+
+
+def test_unlisted_gpu_takes_bf16_from_its_compute_capability() -> None:
+    gpu = lookup_gpu_by_memory(50000, compute_capability=(8, 0))
+    assert gpu.bf16 and gpu.fp8 is Fp8Support.WEIGHT_ONLY and not gpu.supports_fp8_kv_cache
+    ada = lookup_gpu_by_memory(50000, compute_capability=(8, 9))
+    assert ada.bf16 and ada.supports_fp8_kv_cache
+    turing = lookup_gpu_by_memory(50000, compute_capability=(7, 5))
+    assert not turing.bf16
+
+
+def test_a_cuda_total_is_not_reduced_twice() -> None:
+    """81091 MiB = 79.19 GiB, the H100's cudaMemGetInfo total (issue: 'unknown-81091MiB')."""
+    gpu = lookup_gpu_by_memory(81091)
+    assert gpu.label == "NVIDIA-H100-80GB-HBM3"
+    assert gpu.cuda_total_gib == pytest.approx(79.19) and gpu.bf16
+
+
+@pytest.mark.parametrize(
+    ("major", "minor", "family", "cc"),
+    [
+        ("8", "6", "ampere", (8, 6)),
+        (None, None, "ada-lovelace", (8, 9)),
+        (None, None, "hopper", (9, 0)),
+        (None, None, "undefined", None),
+        ("x", None, None, None),
+        ("12", "0", "undefined", (12, 0)),
+    ],
+)
+def test_compute_capability_from_gfd_labels(
+    major: str | None, minor: str | None, family: str | None, cc: tuple[int, int] | None
+) -> None:
+    assert gfd_compute_capability(major, minor, family) == cc

@@ -177,3 +177,61 @@ def test_plan_inline_architecture_and_invalid_manifest(tmp_path: Path) -> None:
     bad.write_text(manifest.read_text().replace("concurrency: 4", "concurrency: 0"))
     code, out = run("plan", str(bad))
     assert code == 2
+
+
+def test_memory_only_gpu_keeps_bf16_with_a_compute_capability() -> None:
+    code, out = run(
+        "estimate",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--gpu-memory-mib",
+        "50000",
+        "--compute-capability",
+        "8.9",
+        "--dtype",
+        "bfloat16",
+        "-o",
+        "json",
+    )
+    assert code == 0, out
+    assert json.loads(out)["engine_args"]["dtype"] == "bfloat16"
+
+
+def test_memory_only_gpu_without_compute_capability_says_how_to_give_it() -> None:
+    code, out = run(
+        "estimate",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--gpu-memory-mib",
+        "50000",
+        "--dtype",
+        "bfloat16",
+    )
+    assert code == 2 and "--compute-capability" in out
+
+
+def test_bad_compute_capability_is_a_usage_error() -> None:
+    code, out = run(
+        "estimate",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--gpu-memory-mib",
+        "50000",
+        "--compute-capability",
+        "89",
+    )
+    assert code == 2 and "MAJOR.MINOR" in out
+
+
+def test_blackwell_workstation_card_is_answered_offline() -> None:
+    code, out = run(
+        "estimate",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--gpu",
+        "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+        "-o",
+        "json",
+    )
+    assert code == 0, out
+    assert json.loads(out)["gpu_total_gib"] < 97887 / 1024

@@ -57,3 +57,15 @@ def test_node_memory_label_wins_over_catalog() -> None:
     groups = group_gpu_nodes([gpu_node("a", "NVIDIA-L4", memory_mib=20000)])
     facts = gpu_facts(groups["NVIDIA-L4"])
     assert facts.total_mib == 20000
+
+
+def test_unlisted_product_is_planned_with_the_capabilities_of_its_gfd_labels() -> None:
+    node = gpu_node("x-0", "NVIDIA-Future-GPU", 4, memory_mib=98000)
+    labels = node["metadata"]["labels"]
+    labels["nvidia.com/gpu.compute.major"] = "12"
+    labels["nvidia.com/gpu.compute.minor"] = "0"
+    labels["nvidia.com/gpu.family"] = "undefined"
+    group = group_gpu_nodes([node])["NVIDIA-Future-GPU"]
+    assert group.compute_capability == (12, 0)
+    facts = gpu_facts(group)
+    assert facts.bf16 and facts.supports_fp8_kv_cache and facts.total_mib == 98000

@@ -35,6 +35,20 @@ _RESERVED_MIN_GIB = 0.30
 _MIG_SLICE_EFFICIENCY = 0.95
 
 
+# GPU Feature Discovery's `nvidia.com/gpu.family` values (k8s-device-plugin internal/lm/resource.go
+# getArchFamily: volta < 7.5 <= turing; ampere < 8.9 <= ada-lovelace; hopper 9.x; 'blackwell' on
+# newer releases, 'undefined' on older ones for 10.x/12.x) and the lowest compute capability of each,
+# used only when the node has no nvidia.com/gpu.compute.major/minor labels.
+FAMILY_MIN_CC: dict[str, tuple[int, int]] = {
+    "volta": (7, 0),
+    "turing": (7, 5),
+    "ampere": (8, 0),
+    "ada-lovelace": (8, 9),
+    "hopper": (9, 0),
+    "blackwell": (10, 0),
+}
+
+
 # Short names accepted where a label is expected (spec.placement.gpuTypes 'catalog aliases'),
 # only where one product is meant; ambiguous names (H100, A100) get the closest-label error.
 ALIASES = {
@@ -59,9 +73,12 @@ class Fp8Support(StrEnum):
 class UnknownGpuError(ValueError):
     """A GPU label that is not in the catalog; carries the closest known labels."""
 
-    def __init__(self, label: str, closest: list[str]) -> None:
+    def __init__(self, label: str, closest: list[str], detail: str | None = None) -> None:
         self.label = label
         self.closest = closest
+        if detail is not None:
+            super().__init__(f"GPU {label!r}: {detail}.")
+            return
         hint = f" Closest known labels: {', '.join(closest)}." if closest else ""
         super().__init__(
             f"unknown GPU label {label!r}.{hint} Use a GPU Feature Discovery product label "
@@ -117,11 +134,48 @@ class _Row(BaseModel):
     cuda_total_source: str | None = None
 
 
+def capabilities_for_cc(cc: tuple[int, int]) -> tuple[bool, Fp8Support]:
+    """(bf16, fp8) of any NVIDIA GPU of this compute capability (vllm-versions.md §5): bf16 from
+    8.0 (vLLM platforms/cuda.py supported_dtypes), native FP8 from 8.9, Marlin W8A16 from 8.0."""
+    if cc >= (8, 9):
+        return True, Fp8Support.NATIVE
+    if cc >= (8, 0):
+        return True, Fp8Support.WEIGHT_ONLY
+    return False, Fp8Support.NONE
+
+
+def parse_compute_capability(text: str) -> tuple[int, int]:
+    """'8.9' (or '8,9', '89' is refused: ambiguous) as (8, 9); ValueError with the accepted form."""
+    major, sep, minor = text.strip().replace(",", ".").partition(".")
+    if not sep or not major.isdigit() or not minor.isdigit():
+        raise ValueError(f"compute capability {text!r} is not of the form MAJOR.MINOR (e.g. 8.9)")
+    return int(major), int(minor)
+
+
+def gfd_compute_capability(
+    major: object = None, minor: object = None, family: object = None
+) -> tuple[int, int] | None:
+    """Compute capability from a node's GFD labels: nvidia.com/gpu.compute.major/minor, else the
+    lowest of nvidia.com/gpu.family (conservative); None when neither is usable."""
+    try:
+        if major is not None and str(major).strip():
+            return int(str(major)), int(str(minor or 0))
+    except ValueError:
+        pass
+    if isinstance(family, str):
+        return FAMILY_MIN_CC.get(family.strip().lower())
+    return None
+
+
 def _parse_cc(text: str) -> tuple[int, int] | None:
     if not text.strip():
         return None
     major, _, minor = text.strip().partition(".")
     return int(major), int(minor or 0)
+
+
+def _cc_text(cc: tuple[int, int] | None) -> str:
+    return "unknown" if cc is None else f"{cc[0]}.{cc[1]}"
 
 
 def _parse_fp8(text: str) -> Fp8Support:
@@ -249,7 +303,13 @@ def lookup_gpu(label: str, *, memory_mib: int | None = None) -> GpuFacts:
     if memory_mib is not None:
         total = memory_mib
     elif row.total_mib is None:
-        raise UnknownGpuError(label, [])
+        raise UnknownGpuError(
+            label,
+            [],
+            detail=f"the catalog knows {row.label} (compute capability "
+            f"{_cc_text(row.compute_capability)}) but not its memory: give it in MiB as "
+            "nvidia-smi reports it (the node's nvidia.com/gpu.memory label)",
+        )
     elif mig is not None:
         total = mig_memory_mib(row.total_mib, mig)
     else:
@@ -266,26 +326,69 @@ def lookup_gpu(label: str, *, memory_mib: int | None = None) -> GpuFacts:
     return facts
 
 
-def lookup_gpu_by_memory(memory_mib: int) -> GpuFacts:
-    """A GPU known only by its memory (nvidia.com/gpu.memory, MiB).
+def lookup_gpu_by_memory(
+    memory_mib: int, *, compute_capability: tuple[int, int] | None = None
+) -> GpuFacts:
+    """A GPU known only by its memory (nvidia.com/gpu.memory, MiB: what nvidia-smi reports).
 
-    When exactly one catalog product has that memory its capabilities are used; otherwise the GPU
-    is treated conservatively (no bf16, no fp8), which can only make a plan safer.
+    When exactly one catalog product has that memory (and, if given, that compute capability) its
+    facts are used. Otherwise the capabilities follow `compute_capability` (the node's GFD
+    nvidia.com/gpu.compute.major/minor labels): bf16 at 8.0 and above, never lost on such a node;
+    without it the GPU is treated conservatively (no bf16, no fp8), which can only make a plan
+    safer. A figure equal to a catalog product's measured CUDA total (e.g. 81091 MiB = 79.19 GiB,
+    an H100's cudaMemGetInfo total) is taken as that total, not reduced a second time.
     """
     if memory_mib <= 0:
         raise ValueError(f"GPU memory must be a positive number of MiB, got {memory_mib}")
-    labelled = [r for r in _rows().values() if r.total_mib == memory_mib]
+    rows = list(_rows().values())
+    labelled = [
+        r
+        for r in rows
+        if r.total_mib == memory_mib
+        and (compute_capability is None or r.compute_capability in (None, compute_capability))
+    ]
     if len(labelled) >= 1 and len({(r.compute_capability, r.bf16, r.fp8) for r in labelled}) == 1:
         row = labelled[0]
         return _facts(row, total_mib=memory_mib, mig=None, shared=False, label=row.label)
+    cuda_match = [
+        r
+        for r in rows
+        if r.cuda_total_gib is not None
+        and abs(r.cuda_total_gib * MIB_PER_GIB - memory_mib) <= 1.0
+        and r.total_mib is not None
+        and (compute_capability is None or r.compute_capability == compute_capability)
+    ]
+    if len(cuda_match) == 1:
+        row = cuda_match[0]
+        facts = _facts(
+            row, total_mib=row.total_mib or memory_mib, mig=None, shared=False, label=row.label
+        )
+        return facts.model_copy(
+            update={
+                "cuda_total_source": f"{memory_mib} MiB is {row.label}'s measured CUDA total "
+                f"({facts.cuda_total_source}); taken as is"
+            }
+        )
     names = [name for mib, name, _ in _memory_only_rows() if mib == memory_mib]
+    bf16, fp8 = False, Fp8Support.NONE
+    source = "memory only (nvidia.com/gpu.memory); capabilities assumed absent"
+    if compute_capability is not None:
+        bf16, fp8 = capabilities_for_cc(compute_capability)
+        source = (
+            "memory (nvidia.com/gpu.memory) and compute capability "
+            f"{compute_capability[0]}.{compute_capability[1]} (GFD compute labels); "
+            "capabilities derived from the compute capability"
+        )
     return GpuFacts(
         label=f"unknown-{memory_mib}MiB",
         marketing_name=names[0] if len(names) == 1 else f"GPU with {memory_mib} MiB",
         total_mib=memory_mib,
         cuda_total_gib=estimated_cuda_total_gib(memory_mib),
         cuda_total_source="estimated: nvidia-smi MiB minus the driver reservation",
-        source="memory only (nvidia.com/gpu.memory); capabilities assumed absent",
+        compute_capability=compute_capability,
+        bf16=bf16,
+        fp8=fp8,
+        source=source,
     )
 
 

@@ -24,8 +24,10 @@ from vllm_operator.catalog.architectures import (
 from vllm_operator.catalog.gpus import (
     GpuFacts,
     UnknownGpuError,
+    capabilities_for_cc,
     lookup_gpu,
     lookup_gpu_by_memory,
+    parse_compute_capability,
 )
 from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.gpu import gpu_memory
@@ -56,15 +58,48 @@ def resolve_model(
             usage_error(f"{catalog_error} (Hub: {hub_error})")
 
 
-def resolve_gpu(label: str | None, memory_mib: int | None) -> GpuFacts:
+def resolve_gpu(
+    label: str | None, memory_mib: int | None, compute_capability: str | None = None
+) -> GpuFacts:
+    """The GPU as a node's GFD labels describe it: product label, memory (MiB, as nvidia-smi
+    reports it: nvidia.com/gpu.memory), compute capability (nvidia.com/gpu.compute.major/minor).
+
+    A product the catalog does not know is planned from its memory and compute capability, as
+    the operator does for such a node.
+    """
+    cc: tuple[int, int] | None = None
+    if compute_capability is not None:
+        try:
+            cc = parse_compute_capability(compute_capability)
+        except ValueError as exc:
+            usage_error(str(exc))
     try:
         if label is not None:
-            return lookup_gpu(label, memory_mib=memory_mib)
+            try:
+                facts = lookup_gpu(label, memory_mib=memory_mib)
+            except UnknownGpuError:
+                if memory_mib is None or facts_known(label):
+                    raise
+                return lookup_gpu_by_memory(memory_mib, compute_capability=cc)
+            if cc is not None and facts.compute_capability is None:
+                bf16, fp8 = capabilities_for_cc(cc)
+                facts = facts.model_copy(
+                    update={"compute_capability": cc, "bf16": bf16, "fp8": fp8}
+                )
+            return facts
         if memory_mib is not None:
-            return lookup_gpu_by_memory(memory_mib)
+            return lookup_gpu_by_memory(memory_mib, compute_capability=cc)
     except (UnknownGpuError, ValueError) as exc:
         usage_error(str(exc))
     usage_error("give the GPU: --gpu LABEL (nvidia.com/gpu.product) or --gpu-memory-mib N")
+
+
+def facts_known(label: str) -> bool:
+    """Whether the catalog knows the product (then a lookup error is about its memory)."""
+    from vllm_operator.catalog.gpus import known_labels
+
+    wanted = label.strip().upper().removeprefix("NVIDIA-")
+    return any(k.upper().removeprefix("NVIDIA-") == wanted for k in known_labels())
 
 
 def estimate_json(est: MemoryEstimate, model: str, gpu: GpuFacts) -> dict[str, Any]:
@@ -139,7 +174,15 @@ def _print_table(data: dict[str, Any]) -> None:
 @click.option(
     "--gpu-memory-mib",
     type=click.IntRange(min=1),
-    help="GPU memory in MiB (nvidia.com/gpu.memory).",
+    help="GPU memory in MiB as nvidia-smi reports it (its 'Memory-Usage' total; GFD's "
+    "nvidia.com/gpu.memory label), not the CUDA total vLLM logs: the driver reservation is "
+    "taken off it. A figure equal to a catalog GPU's measured CUDA total is used as is.",
+)
+@click.option(
+    "--compute-capability",
+    metavar="MAJOR.MINOR",
+    help="Compute capability (nvidia.com/gpu.compute.major/minor) for a GPU the catalog does "
+    "not know: bf16 from 8.0, fp8 KV cache from 8.9.",
 )
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--pipeline-parallel-size", type=click.IntRange(min=1), default=1, show_default=True)
@@ -161,6 +204,7 @@ def estimate(
     model_config: Path | None,
     gpu_label: str | None,
     gpu_memory_mib: int | None,
+    compute_capability: str | None,
     tensor_parallel_size: int,
     pipeline_parallel_size: int,
     gpu_memory_utilization: float | None,
@@ -191,7 +235,7 @@ def estimate(
     else:
         assert model is not None
         arch = resolve_model(model, token=os.environ.get("HF_TOKEN"))
-    facts = resolve_gpu(gpu_label, gpu_memory_mib)
+    facts = resolve_gpu(gpu_label, gpu_memory_mib, compute_capability)
     try:
         args = EngineArgs(
             tensor_parallel_size=tensor_parallel_size,

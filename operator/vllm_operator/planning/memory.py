@@ -461,6 +461,13 @@ def resolve_dtype(
             "dtype", f"unknown dtype {requested!r}; accepted: auto, bfloat16, float16, float32"
         )
     if req == "bfloat16" and not gpu.bf16:
+        if gpu.compute_capability is None:
+            raise PlanningInputError(
+                "dtype",
+                f"bfloat16 needs compute capability >= 8.0 and {gpu.label}'s is unknown: give it "
+                "(estimate --compute-capability; the node's nvidia.com/gpu.compute.major/minor "
+                "labels) or use float16",
+            )
         raise PlanningInputError(
             "dtype",
             f"bfloat16 needs compute capability >= 8.0 and {gpu.label} has {_cc(gpu)}; use float16",

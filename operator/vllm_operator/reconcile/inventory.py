@@ -10,12 +10,21 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError, lookup_gpu, lookup_gpu_by_memory
+from vllm_operator.catalog.gpus import (
+    GpuFacts,
+    UnknownGpuError,
+    gfd_compute_capability,
+    lookup_gpu,
+    lookup_gpu_by_memory,
+)
 
 Obj = dict[str, object]
 
 LABEL_PRODUCT = "nvidia.com/gpu.product"
 LABEL_MEMORY = "nvidia.com/gpu.memory"
+LABEL_CC_MAJOR = "nvidia.com/gpu.compute.major"
+LABEL_CC_MINOR = "nvidia.com/gpu.compute.minor"
+LABEL_FAMILY = "nvidia.com/gpu.family"
 RESOURCE_GPU = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
@@ -27,6 +36,10 @@ class GpuNodeGroup(BaseModel):
 
     product: str = Field(description="nvidia.com/gpu.product as the nodes carry it.")
     memory_mib: int | None = Field(default=None, description="nvidia.com/gpu.memory, if labelled.")
+    compute_capability: tuple[int, int] | None = Field(
+        default=None,
+        description="From nvidia.com/gpu.compute.major/minor (else the lowest of gpu.family).",
+    )
     resource: str = Field(default=RESOURCE_GPU, description="Extended resource pods request.")
     nodes: int = 0
     schedulable_nodes: int = Field(default=0, description="Ready and not cordoned.")
@@ -68,6 +81,7 @@ def _gpu_resource(allocatable: dict[str, object], product: str) -> tuple[str, in
 class _Acc:
     resource: str
     memory_mib: int | None = None
+    compute_capability: tuple[int, int] | None = None
     nodes: int = 0
     schedulable_nodes: int = 0
     max_gpus_per_node: int = 0
@@ -94,6 +108,14 @@ def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
         if memory > 0:
             # Mixed memory labels under one product (driver differences): plan for the smallest.
             acc.memory_mib = memory if acc.memory_mib is None else min(acc.memory_mib, memory)
+        cc = gfd_compute_capability(
+            labels.get(LABEL_CC_MAJOR), labels.get(LABEL_CC_MINOR), labels.get(LABEL_FAMILY)
+        )
+        if cc is not None:
+            # One product, differing labels: plan for the lowest (fewest capabilities).
+            acc.compute_capability = (
+                cc if acc.compute_capability is None else min(acc.compute_capability, cc)
+            )
         if schedulable and gpus > 0:
             acc.schedulable_nodes += 1
             acc.allocatable_gpus += gpus
@@ -102,6 +124,7 @@ def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
         product: GpuNodeGroup(
             product=product,
             memory_mib=acc.memory_mib,
+            compute_capability=acc.compute_capability,
             resource=acc.resource,
             nodes=acc.nodes,
             schedulable_nodes=acc.schedulable_nodes,
@@ -132,12 +155,13 @@ def match_groups(gpu_type: str, groups: dict[str, GpuNodeGroup]) -> list[GpuNode
 def gpu_facts(group: GpuNodeGroup) -> GpuFacts:
     """GPU facts for a node group: the node's memory label wins over the catalog.
 
-    A product the catalog does not know is still planned from its memory label (conservatively:
-    no bf16, no fp8); without either, UnknownGpuError says what is missing.
+    A product the catalog does not know is still planned from its memory label, with the
+    capabilities of its GFD compute-capability labels (bf16 from 8.0) or, without those,
+    conservatively (no bf16, no fp8); without memory, UnknownGpuError says what is missing.
     """
     try:
         return lookup_gpu(group.product, memory_mib=group.memory_mib)
     except UnknownGpuError:
         if group.memory_mib is None:
             raise
-        return lookup_gpu_by_memory(group.memory_mib)
+        return lookup_gpu_by_memory(group.memory_mib, compute_capability=group.compute_capability)
