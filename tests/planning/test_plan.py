@@ -26,7 +26,7 @@ def test_plan_picks_the_smallest_tp_that_holds_the_target() -> None:
     intent = PlanIntent(p99_context_tokens=8192, concurrency=32)
     result = plan_pool(intent, lookup_gpu("NVIDIA-H100-80GB-HBM3"), LLAMA70)
     assert isinstance(result, PoolPlan)
-    assert result.engine_args["tensor_parallel_size"] == 4
+    assert result.engine_args.tensor_parallel_size == 4
     assert result.memory.concurrency_at_p99 >= 32
     assert any("TP=2" in r for r in result.reasons)
 
@@ -36,7 +36,7 @@ def test_engine_args_use_vllm_field_names() -> None:
         PlanIntent(p99_context_tokens=4000, concurrency=4), lookup_gpu("NVIDIA-L4"), LLAMA8
     )
     assert isinstance(result, PoolPlan)
-    assert set(result.engine_args) >= {
+    assert set(result.engine_args.rendered()) >= {
         "tensor_parallel_size",
         "gpu_memory_utilization",
         "max_model_len",
@@ -48,9 +48,9 @@ def test_engine_args_use_vllm_field_names() -> None:
         "quantization",
         "enable_prefix_caching",
     }
-    assert result.engine_args["max_model_len"] == 4000  # rounded up to the block size 16
-    assert result.engine_args["max_num_seqs"] == 4
-    assert result.engine_args["gpu_memory_utilization"] == 0.9
+    assert result.engine_args.max_model_len == 4000  # rounded up to the block size 16
+    assert result.engine_args.max_num_seqs == 4
+    assert result.engine_args.gpu_memory_utilization == 0.9
     status = result.to_status()
     assert (
         status.memory is not None and status.memory.kv_cache_tokens == result.memory.kv_cache_tokens
@@ -66,7 +66,7 @@ def test_headroom_and_ceiling_bound_utilisation() -> None:
     )
     result = plan_pool(intent, lookup_gpu("NVIDIA-L4"), LLAMA8)
     assert isinstance(result, PoolPlan)
-    assert result.engine_args["gpu_memory_utilization"] == 0.8
+    assert result.engine_args.gpu_memory_utilization == 0.8
 
 
 def test_versions_before_0_20_leave_room_for_cuda_graphs() -> None:
@@ -78,7 +78,7 @@ def test_versions_before_0_20_leave_room_for_cuda_graphs() -> None:
     )
     result = plan_pool(intent, lookup_gpu("NVIDIA-L4"), LLAMA8)
     assert isinstance(result, PoolPlan)
-    util = result.engine_args["gpu_memory_utilization"]
+    util = result.engine_args.gpu_memory_utilization
     assert isinstance(util, float) and util < 0.98
     assert (1 - util) * result.memory.gpu_total_gib >= result.memory.cuda_graph_gib
 
@@ -89,7 +89,7 @@ def test_fp16_on_gpus_without_bf16() -> None:
         lookup_gpu("Tesla-T4"),
         lookup_architecture("Qwen/Qwen2.5-1.5B-Instruct"),
     )
-    assert isinstance(result, PoolPlan) and result.engine_args["dtype"] == "float16"
+    assert isinstance(result, PoolPlan) and result.engine_args.dtype == "float16"
 
 
 def test_infeasible_intent_gives_reasons_and_concrete_alternatives() -> None:
@@ -129,7 +129,7 @@ def test_measured_budget_caps_utilisation_and_is_recorded() -> None:
     result = plan_pool(intent, lookup_gpu("NVIDIA-L4"), LLAMA8, measured_free_mib=19_000)
     assert isinstance(result, PoolPlan)
     assert result.memory.budget_source == "probe"
-    util = result.engine_args["gpu_memory_utilization"]
+    util = result.engine_args.gpu_memory_utilization
     assert isinstance(util, float) and util * result.memory.gpu_total_gib <= 19_000 / 1024
 
 
@@ -142,9 +142,9 @@ def test_prefix_caching_follows_the_spec_or_the_version_default() -> None:
     off = plan_pool(
         PlanIntent(p99_context_tokens=2048, concurrency=1, prefix_caching="disabled"), gpu, LLAMA8
     )
-    assert isinstance(auto_v1, PoolPlan) and auto_v1.engine_args["enable_prefix_caching"] is True
-    assert isinstance(auto_v0, PoolPlan) and auto_v0.engine_args["enable_prefix_caching"] is False
-    assert isinstance(off, PoolPlan) and off.engine_args["enable_prefix_caching"] is False
+    assert isinstance(auto_v1, PoolPlan) and auto_v1.engine_args.enable_prefix_caching is True
+    assert isinstance(auto_v0, PoolPlan) and auto_v0.engine_args.enable_prefix_caching is False
+    assert isinstance(off, PoolPlan) and off.engine_args.enable_prefix_caching is False
 
 
 @pytest.mark.parametrize(

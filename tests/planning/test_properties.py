@@ -112,7 +112,7 @@ def test_a_plan_never_exceeds_its_budget(
     if not isinstance(result, PoolPlan):
         return
     m = result.memory
-    util = result.engine_args["gpu_memory_utilization"]
+    util = result.engine_args.gpu_memory_utilization
     assert isinstance(util, float) and util <= ceiling - headroom + 1e-9
     used = m.weights_gib + m.activation_gib + m.non_torch_gib + m.kv_cache_gib
     if m.cuda_graph_subtracted:
@@ -124,7 +124,7 @@ def test_a_plan_never_exceeds_its_budget(
     bytes_per_token = (
         2
         * arch.num_hidden_layers
-        * max(1, arch.num_key_value_heads // int(result.engine_args["tensor_parallel_size"] or 1))
+        * max(1, arch.num_key_value_heads // int(result.engine_args.tensor_parallel_size or 1))
         * arch.head_dim
         * 2
     )

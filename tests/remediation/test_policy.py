@@ -462,6 +462,9 @@ def test_effective_args_never_raise_a_newer_lower_plan() -> None:
         over("enable_prefix_caching", False, "PrefixCacheWaste"),
         over("replicas", 3, "KVPressure"),
     ]
-    args = effective_args({"max_num_seqs": 12, "enable_prefix_caching": True}, overrides, POOL)
-    assert args == {"max_num_seqs": 12, "enable_prefix_caching": False, "replicas": 3}
-    assert effective_args({"max_num_seqs": 24}, overrides, "other-pool") == {"max_num_seqs": 24}
+    planned = plan(max_num_seqs=12, enable_prefix_caching=True).planned_args()
+    args = effective_args(planned, overrides, POOL)
+    assert (args.engine.max_num_seqs, args.engine.enable_prefix_caching) == (12, False)
+    assert args.replicas == 3  # apart from the engine arguments
+    other = effective_args(planned, overrides, "other-pool")
+    assert (other.engine, other.replicas) == (planned, None)

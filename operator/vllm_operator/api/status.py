@@ -12,8 +12,7 @@ from pydantic import Field
 
 from vllm_operator.api.base import ApiModel
 from vllm_operator.api.conditions import Condition
-
-EngineArgValue = int | float | bool | str | None
+from vllm_operator.api.engine_args import OverrideField, PlannedArgs
 
 
 class MemoryBreakdown(ApiModel):
@@ -54,6 +53,10 @@ class PoolPlan(ApiModel):
     memory: MemoryBreakdown | None = Field(default=None, description="Expected memory per GPU.")
     reasons: list[str] = Field(default_factory=list, description="Why each value was chosen.")
     hash: str | None = Field(default=None, description="Hash of the rendered plan.")
+
+    def planned_args(self) -> PlannedArgs:
+        """The typed engine arguments (the one place the wire map is parsed)."""
+        return PlannedArgs.from_wire(self.engine_args)
 
 
 class ObservedCapacity(ApiModel):
@@ -104,7 +107,9 @@ class Override(ApiModel):
     """A remediation change applied on top of the plan."""
 
     pool: str = Field(description="GPU type of the pool the override applies to.")
-    field: str = Field(description="vLLM engine field that is overridden.")
+    field: OverrideField = Field(
+        description="vLLM engine field that is overridden, or replicas (scale-out)."
+    )
     value: Any = Field(
         description="The value in force.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},

@@ -61,7 +61,7 @@ def _print_plan(console: Console, name: str, result: PlanResult) -> None:
     )
     table.add_column("engine argument")
     table.add_column("value", justify="right")
-    for key, value in result.engine_args.items():
+    for key, value in result.engine_args.rendered().items():
         table.add_row(key, "" if value is None else str(value))
     m = result.memory
     table.add_section()

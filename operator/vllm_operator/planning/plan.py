@@ -9,10 +9,10 @@ Infeasible with the reasons and concrete alternatives; it never cuts the request
 
 import math
 from enum import StrEnum
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vllm_operator.api.engine_args import PlannedArgs
 from vllm_operator.api.spec import LatencyProfile, PrefixCaching, VLLMServiceSpec
 from vllm_operator.api.status import MemoryBreakdown as StatusMemory
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
@@ -99,7 +99,7 @@ class PoolPlan(BaseModel):
     gpu_type: str
     vllm_version: str
     engine: Engine
-    engine_args: dict[str, int | float | bool | str | None]
+    engine_args: PlannedArgs
     memory: MemoryBreakdown
     reasons: list[str]
 
@@ -111,8 +111,7 @@ class PoolPlan(BaseModel):
         """The plan as the VLLMService status stores it."""
         m = self.memory
         return StatusPoolPlan(
-            # None means "the version's default": left out, as the API server would drop it.
-            engine_args={k: v for k, v in self.engine_args.items() if v is not None},
+            engine_args=self.engine_args.to_wire(),
             memory=StatusMemory(
                 gpu_total_gib=round(m.gpu_total_gib, 2),
                 budget_gib=round(m.budget_gib, 2),
@@ -470,19 +469,19 @@ def plan_pool(
         prefix_reason,
         *[r for r in est.reasons if "sliding-window" in r],
     ]
-    engine_args: dict[str, Any] = {
-        "tensor_parallel_size": args.tensor_parallel_size,
-        "gpu_memory_utilization": args.gpu_memory_utilization,
-        "max_model_len": args.max_model_len,
-        "max_num_seqs": args.max_num_seqs,
-        "max_num_batched_tokens": args.max_num_batched_tokens,
-        "block_size": args.block_size,
-        "dtype": args.dtype,
-        "kv_cache_dtype": args.kv_cache_dtype,
-        "quantization": intent.quantization,
-        "enable_prefix_caching": prefix,
-        "enforce_eager": False,
-    }
+    engine_args = PlannedArgs(
+        tensor_parallel_size=args.tensor_parallel_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+        dtype=args.dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
+        quantization=intent.quantization,
+        enable_prefix_caching=prefix,
+        enforce_eager=False,
+    )
     return PoolPlan(
         gpu_type=gpu_facts.label,
         vllm_version=version,
@@ -615,7 +614,7 @@ def _infeasible(
             alternatives.append(
                 Alternative(
                     kind=AlternativeKind.OTHER_GPU_TYPE,
-                    description=f"{other.label}: TP={result.engine_args['tensor_parallel_size']} fits "
+                    description=f"{other.label}: TP={result.engine_args.tensor_parallel_size} fits "
                     f"{result.memory.concurrency_at_p99:.1f} sequences",
                     changes={"gpuType": other.label},
                 )

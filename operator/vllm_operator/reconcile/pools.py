@@ -19,7 +19,6 @@ from vllm_operator.catalog.architectures import Architecture, UnknownModelError
 from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
 from vllm_operator.planning.plan import Infeasible, PlanIntent, plan_pool
 from vllm_operator.reconcile.inventory import GpuNodeGroup, gpu_facts, match_groups
-from vllm_operator.remediation.decision import REPLICAS_FIELD
 from vllm_operator.remediation.overrides import effective_args
 from vllm_operator.rendering.args import (
     ArgsRejected,
@@ -182,12 +181,13 @@ def _plan_group(
         )
     # Remediation overrides (status.overrides) apply on top of the plan; the status keeps the
     # plan itself, so the policy always measures its steps against what was planned.
-    args = effective_args(result.engine_args, overrides, group.product)
-    replicas = int(args.pop(REPLICAS_FIELD, None) or spec.replicas)
+    effective = effective_args(result.engine_args, overrides, group.product)
+    args = effective.engine
+    replicas = effective.replicas or spec.replicas
     try:
         argv = engine_argv(
             spec.vllm.version,
-            args,
+            args.rendered(),
             spec.vllm.extra_args,
             allow_override=spec.vllm.allow_planner_override,
             served_model_name=spec.model.name if spec.model.source.pvc is not None else None,
@@ -202,32 +202,32 @@ def _plan_group(
             deployment_name=name,
         )
     image, command, model_args = container_for(service)
-    tp = int(args.get("tensor_parallel_size") or 1)
-    pp = int(args.get("pipeline_parallel_size") or 1)
+    tp = args.tensor_parallel_size  # the planner never splits a replica into pipeline stages
     render = PoolRender(
         gpu_type=group.product,
         gpu_resource=group.resource,
-        gpus_per_replica=tp * pp,
+        gpus_per_replica=tp,
         replicas=replicas,
         image=image,
         command=command,
         model_args=model_args,
         engine_argv=argv,
-        weights_gib_total=result.memory.weights_gib * tp * pp,
+        weights_gib_total=result.memory.weights_gib * tp,
     )
     deployment = render_deployment(service, render)
     status_plan = result.to_status().model_copy(
         update={"hash": deployment["metadata"]["annotations"][ANNOTATION_PLAN_HASH]}
     )
     mem = result.memory
-    changed = {k: v for k, v in args.items() if result.engine_args.get(k) != v}
+    planned = result.engine_args.rendered()
+    changed = {k: v for k, v in args.rendered().items() if planned[k] != v}
     applied_overrides = (
         " with overrides " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items()))
         if changed
         else ""
     )
     summary = (
-        f"{group.product} TP={tp} max_num_seqs={args.get('max_num_seqs')} "
+        f"{group.product} TP={tp} max_num_seqs={args.max_num_seqs} "
         f"KV {mem.kv_cache_tokens} tokens ({mem.concurrency_at_p99:.1f} x P99)"
     )
     return PoolOutcome(

@@ -73,22 +73,6 @@ def _round_down(value: float, multiple: int) -> int:
     return int(value // multiple) * multiple
 
 
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
-def _as_float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
 class PolicyBase:
     """The inputs of one evaluation and the history guards."""
 

@@ -1,56 +1,62 @@
 """Overrides on top of a plan: the effective engine arguments and the bounded history.
 
-Pure helpers shared by the policy and by the renderer (which renders a pool's plan with its
+Pure helpers shared by the policy and by the reconcile (which renders a pool's plan with its
 overrides applied).
 """
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
+from vllm_operator.api.engine_args import (
+    LOWERED_FIELDS,
+    OverrideField,
+    PlannedArgs,
+    override_value,
+)
 from vllm_operator.api.status import HistoryEntry, Override
 
 HISTORY_LIMIT = 50
 """status.history keeps the last 50 steps (VLLMServiceStatus.history max_length)."""
 
 
-def pool_overrides(overrides: Iterable[Override], pool: str) -> dict[str, Override]:
+def pool_overrides(overrides: Iterable[Override], pool: str) -> dict[OverrideField, Override]:
     """The overrides of one pool by field (the last one wins if a field appears twice)."""
     return {o.field: o for o in overrides if o.pool == pool}
 
 
-LOWERED_FIELDS = frozenset(
-    {"max_num_batched_tokens", "max_num_seqs", "gpu_memory_utilization", "max_model_len"}
-)
-"""Fields remediation only ever lowers: an override above a (new, lower) plan is moot."""
+@dataclass(frozen=True)
+class EffectiveArgs:
+    """A pool's plan with its overrides applied: the engine arguments, and replicas apart."""
+
+    engine: PlannedArgs
+    replicas: int | None = None
+    """The replicas override (scale-out), or None: the spec's replicas."""
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
 
 
-def effective_args(
-    engine_args: Mapping[str, Any], overrides: Iterable[Override], pool: str
-) -> dict[str, Any]:
+def effective_args(planned: PlannedArgs, overrides: Iterable[Override], pool: str) -> EffectiveArgs:
     """The plan's engine arguments with the pool's overrides applied (what the renderer renders).
 
     For the fields remediation lowers, the smaller of plan and override wins, so an override left
-    over from an older, larger plan never raises a limit. Non-engine overrides (`replicas`) appear
-    in the result too; the renderer takes them out.
+    over from an older, larger plan never raises a limit.
     """
-    args = dict(engine_args)
+    replicas: int | None = None
+    values: dict[OverrideField, object] = {}
     for field, override in pool_overrides(overrides, pool).items():
-        planned, value = _number(args.get(field)), _number(override.value)
-        if (
-            field in LOWERED_FIELDS
-            and planned is not None
-            and value is not None
-            and planned < value
-        ):
+        value = override_value(field, override.value)
+        if field == OverrideField.REPLICAS:
+            replicas = int(value) if isinstance(value, int) else None
             continue
-        args[field] = override.value
-    return args
+        current = _number(planned.value(field))
+        if field in LOWERED_FIELDS and current is not None and current < (_number(value) or 0):
+            continue
+        values[field] = value
+    return EffectiveArgs(engine=planned.with_values(values), replicas=replicas)
 
 
 def append_history(

@@ -49,7 +49,7 @@ class _Policy(Classifier, Steps):
 
     def evaluate_pool(self, pool: PoolObservation, metrics_ok: bool) -> _PoolResult:
         plan = self.plans[pool.pool]
-        args = effective_args(plan.engine_args, self.overrides, pool.pool)
+        args = effective_args(plan.planned_args(), self.overrides, pool.pool).engine
         complete = metrics_ok and self.metrics_complete(pool)
         finding = self.classify_crash(pool)
         degraded = None

@@ -7,10 +7,16 @@ caching off, or drain a creeping pod; restore a quiet pool stepwise towards its 
 """
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from vllm_operator.api.engine_args import (
+    EngineArgValue,
+    OverrideField,
+    PlannedArgs,
+    override_value,
+)
 from vllm_operator.api.spec import PrefixCaching
 from vllm_operator.api.status import PoolPlan
 from vllm_operator.remediation.actions import reported_capacity
@@ -32,8 +38,6 @@ from vllm_operator.remediation.guards import (
     TENANT_MARGIN_GIB,
     UTILIZATION_STEP,
     PolicyBase,
-    _as_float,
-    _as_int,
     _Finding,
     _Quiet,
     _round_down,
@@ -57,24 +61,21 @@ class Steps(PolicyBase):
             message=f"{why}; {field_} {old} -> {new}",
         )
 
-    def lower_batched(
-        self, pool: str, args: Mapping[str, Any], reason: Reason, why: str
-    ) -> _Step | None:
-        current = _as_int(args.get("max_num_batched_tokens"))
+    def lower_batched(self, pool: str, args: PlannedArgs, reason: Reason, why: str) -> _Step | None:
+        current = args.max_num_batched_tokens
         if current is None:
             return None
-        seqs = _as_int(args.get("max_num_seqs")) or 0
-        floor = max(MIN_BATCHED_TOKENS, seqs)
+        floor = max(MIN_BATCHED_TOKENS, args.max_num_seqs)
         if current <= floor:
             return None
         new = _round_down(current * (1 - self.r.step_fraction), BATCHED_TOKENS_MULTIPLE)
         new = max(floor, min(new, current - 1))
         return _Step(self.action(pool, "max_num_batched_tokens", current, new, reason, why))
 
-    def lower_seqs(self, pool: str, args: Mapping[str, Any], reason: Reason, why: str) -> _Step:
-        current = _as_int(args.get("max_num_seqs"))
+    def lower_seqs(self, pool: str, args: PlannedArgs, reason: Reason, why: str) -> _Step:
+        current = args.max_num_seqs
         floor = self.spec.workload.concurrency
-        if current is None or current <= floor:
+        if current <= floor:
             return _Step(
                 None,
                 f"{why}; max_num_seqs is at the spec's concurrency ({floor}) and is not lowered "
@@ -85,11 +86,9 @@ class Steps(PolicyBase):
         return _Step(self.action(pool, "max_num_seqs", current, new, reason, why))
 
     def lower_utilization(
-        self, pool: str, args: Mapping[str, Any], target: float, reason: Reason, why: str
+        self, pool: str, args: PlannedArgs, target: float, reason: Reason, why: str
     ) -> _Step:
-        current = _as_float(args.get("gpu_memory_utilization"))
-        if current is None:
-            current = 0.90
+        current = args.gpu_memory_utilization
         new = math.floor(min(target, current - 0.01) * 100) / 100
         if new < MIN_GPU_MEMORY_UTILIZATION:
             return _Step(
@@ -110,7 +109,7 @@ class Steps(PolicyBase):
                 )
         return step
 
-    def startup_step(self, pool: str, args: Mapping[str, Any], f: _Finding) -> _Step:
+    def startup_step(self, pool: str, args: PlannedArgs, f: _Finding) -> _Step:
         d = f.diagnosis
         assert d is not None
         err = d.numbers
@@ -127,19 +126,18 @@ class Steps(PolicyBase):
                 f"{f.message}; another process holds {err.total_gib - err.free_gib:.2f} GiB",
             )
         if d.failure_class == FailureClass.STARTUP_CUDA_OOM and d.graph_capture:
-            current = _as_float(args.get("gpu_memory_utilization")) or 0.90
             return self.lower_utilization(
                 pool,
                 args,
-                current - UTILIZATION_STEP,
+                args.gpu_memory_utilization - UTILIZATION_STEP,
                 Reason.STARTUP_OOM,
                 f"{f.message}; CUDA graphs did not fit beside the KV cache",
             )
         if d.failure_class == FailureClass.STARTUP_KV_INSUFFICIENT:
             capacity = reported_capacity(d)
-            current_len = _as_int(args.get("max_model_len")) or err.max_model_len
-            block = _as_int(args.get("block_size")) or DEFAULT_BLOCK_SIZE
-            if capacity is not None and current_len is not None:
+            current_len = args.max_model_len
+            block = args.block_size or DEFAULT_BLOCK_SIZE
+            if capacity is not None:
                 new_len = _round_down(min(capacity, current_len - 1), block)
                 fits = capacity / p99
                 unmet = None
@@ -176,12 +174,12 @@ class Steps(PolicyBase):
         """Host RAM ran out: no GPU argument can help, so none is touched."""
         return None
 
-    def burst_step(self, pool: str, args: Mapping[str, Any], f: _Finding) -> _Step:
+    def burst_step(self, pool: str, args: PlannedArgs, f: _Finding) -> _Step:
         return self.lower_batched(pool, args, Reason.BURST_OOM, f.message) or self.lower_seqs(
             pool, args, Reason.BURST_OOM, f.message
         )
 
-    def kv_step(self, pool: PoolObservation, args: Mapping[str, Any], f: _Finding) -> _Step:
+    def kv_step(self, pool: PoolObservation, args: PlannedArgs, f: _Finding) -> _Step:
         limit = self.r.max_replicas
         if limit is not None and pool.replicas < limit:
             return _Step(
@@ -195,7 +193,7 @@ class Steps(PolicyBase):
                 )
             )
         hit = f.extra.get("hit_rate")
-        prefix_on = args.get("enable_prefix_caching") is not False
+        prefix_on = args.enable_prefix_caching is not False
         if (
             prefix_on
             and hit is not None
@@ -206,7 +204,7 @@ class Steps(PolicyBase):
                 self.action(
                     pool.pool,
                     "enable_prefix_caching",
-                    args.get("enable_prefix_caching", True),
+                    prefix_on,
                     False,
                     Reason.PREFIX_CACHE_WASTE,
                     f"{f.message}; prefix-cache hit rate {hit:.2f} < "
@@ -245,7 +243,11 @@ class Steps(PolicyBase):
             since = max(override.since, self.last_action(pool.pool) or override.since)
             if self.now - since < quiet_for:
                 continue
-            base = self.spec.replicas if field_ == REPLICAS_FIELD else plan.engine_args.get(field_)
+            base = (
+                self.spec.replicas
+                if field_ == OverrideField.REPLICAS
+                else plan.planned_args().value(field_)
+            )
             new = self.step_back(field_, override.value, base)
             why = (
                 f"{pool.pool} quiet for {int((self.now - since).total_seconds())}s since the "
@@ -264,13 +266,18 @@ class Steps(PolicyBase):
             return self.action(pool.pool, field_, override.value, new, Reason.RESTORED, why)
         return None
 
-    def step_back(self, field_: str, value: Any, base: Any) -> Any:
+    def step_back(self, field_: OverrideField, value: Any, base: EngineArgValue) -> EngineArgValue:
         """The next value towards `base`, or None when the next step reaches it (clear)."""
-        cur, planned = _as_int(value), _as_int(base)
-        if field_ == REPLICAS_FIELD and cur is not None and planned is not None:
+        cur = override_value(field_, value)
+        if not isinstance(cur, int) or isinstance(cur, bool):
+            return None
+        planned = base if isinstance(base, int) and not isinstance(base, bool) else None
+        if field_ == OverrideField.REPLICAS and planned is not None:
             return cur - 1 if cur - 1 > planned else None
-        if field_ in {"max_num_batched_tokens", "max_num_seqs"} and cur is not None and planned:
-            multiple = BATCHED_TOKENS_MULTIPLE if field_ == "max_num_batched_tokens" else 1
+        if field_ in {OverrideField.MAX_NUM_BATCHED_TOKENS, OverrideField.MAX_NUM_SEQS} and planned:
+            multiple = (
+                BATCHED_TOKENS_MULTIPLE if field_ == OverrideField.MAX_NUM_BATCHED_TOKENS else 1
+            )
             up = math.ceil(cur / (1 - self.r.step_fraction) / multiple) * multiple
             up = max(up, cur + 1)
             return up if up < planned else None
