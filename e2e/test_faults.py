@@ -200,3 +200,40 @@ def test_foreign_field_manager_entries_cause_no_reapply(
     assert operator.metrics().get(applies_key, 0.0) == applies
     events = kube.list(f"/api/v1/namespaces/{namespace}/events")
     assert len([e for e in events if e["reason"] == "PlanApplied"]) == 1
+
+
+def test_pre_existing_service_is_never_taken_over_nor_collected(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Defect 4: a Service with the derived name was taken over (selector replaced,
+    ownerReference added) and garbage-collected when the VLLMService was deleted."""
+    obj = example("llama-3.1-8b-l4.yaml", namespace)
+    name = obj["metadata"]["name"]
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"team": "web"}},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }
+    kube.create(theirs)
+    svc_before = kube.get(f"/api/v1/namespaces/{namespace}/services/{name}")
+    kube.apply(obj)
+    live = wait_condition(kube, namespace, name, "Degraded", "True", "NameConflict")
+    degraded = [c for c in live["status"]["conditions"] if c["type"] == "Degraded"][0]
+    assert f"Service {namespace}/{name}" in degraded["message"]
+    svc = kube.get(f"/api/v1/namespaces/{namespace}/services/{name}")
+    assert svc["spec"]["selector"] == {"app": "web"}
+    assert not svc["metadata"].get("ownerReferences")
+    assert svc["metadata"]["resourceVersion"] == svc_before["metadata"]["resourceVersion"]
+    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
+    assert len([e for e in events if e["reason"] == "NameConflict"]) == 1
+    # Deleting the VLLMService collects what it owns, never their Service.
+    kube.delete(svc_path(namespace, name), propagation="Foreground")
+    wait_for(
+        lambda: not deployments(kube, namespace) or None,
+        timeout=60,
+        what="the owned Deployment to be collected",
+    )
+    assert kube.get(f"/api/v1/namespaces/{namespace}/services/{name}")["spec"]["selector"] == {
+        "app": "web"
+    }

@@ -66,6 +66,11 @@ class Reason(StrEnum):
     )
     AS_EXPECTED = "AsExpected", "Nothing is degraded."
     CRASHING = "Crashing", "Pods crash for a reason the classifier does not remediate."
+    NAME_CONFLICT = (
+        "NameConflict",
+        "An object with a derived name exists and is not owned by this VLLMService: it is left "
+        "untouched (condition Degraded and a Warning Event name it).",
+    )
 
     # MemoryPressure and remediation steps (overrides, history, Events)
     STARTUP_OOM = "StartupOOM", "vLLM ran out of GPU memory while starting (profiling, graphs)."

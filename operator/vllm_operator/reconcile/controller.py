@@ -34,6 +34,7 @@ from vllm_operator.reconcile.pools import (
 )
 from vllm_operator.reconcile.status import (
     budget_note,
+    name_conflict_status,
     parse_status,
     rejected_status,
     service_status,
@@ -107,6 +108,7 @@ class Controller:
         self._budget_events: dict[str, str] = {}
         self._budget_events_guard = threading.Lock()
         self.pool_plans = m.PoolPlans()
+        self._conflicts_warned: dict[tuple[str, str], set[str]] = {}
 
     # ----------------------------------------------------------------------------- triggers
 
@@ -118,6 +120,7 @@ class Controller:
         """The service is gone; its children go through owner references."""
         self._gpu_index.pop((namespace, name), None)
         self.pool_plans.forget((namespace, name))
+        self._conflicts_warned.pop((namespace, name), None)
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
 
@@ -247,23 +250,36 @@ class Controller:
         note = budget_note(service, budgets)
 
         desired_names = set()
+        conflicts: list[str] = []
         for pool in pools:
             if pool.deployment is None:
                 continue
             desired_names.add(pool.deployment["metadata"]["name"])
             live = self.gw.get(Kind.DEPLOYMENT, namespace, pool.deployment["metadata"]["name"])
+            if live is not None and not _owned_by(live, service):
+                conflicts.append(f"Deployment {namespace}/{pool.deployment['metadata']['name']}")
+                pool.deployment_name = None
+                continue
             if needs_apply(pool.deployment, live):
                 live = self.gw.apply(pool.deployment)
                 outcome.applied.append(f"Deployment/{pool.deployment['metadata']['name']}")
                 self._event(service, "Normal", Reason.PLAN_APPLIED, pool.applied_message, outcome)
             pool.live = live
 
-        owned = self.gw.list_owned(Kind.DEPLOYMENT, namespace, selector_labels(name))
+        owned = [
+            d
+            for d in self.gw.list_owned(Kind.DEPLOYMENT, namespace, selector_labels(name))
+            if _owned_by(d, service)
+        ]
         existing = self._prune(service, owned, desired_names, outcome)
         if existing:
             for obj in (render_service(service), render_pdb(service)):
                 kind = Kind(obj["kind"])
-                if needs_apply(obj, self.gw.get(kind, namespace, obj["metadata"]["name"])):
+                live_obj = self.gw.get(kind, namespace, obj["metadata"]["name"])
+                if live_obj is not None and not _owned_by(live_obj, service):
+                    conflicts.append(f"{kind} {namespace}/{obj['metadata']['name']}")
+                    continue
+                if needs_apply(obj, live_obj):
                     self.gw.apply(obj)
                     outcome.applied.append(f"{kind}/{obj['metadata']['name']}")
         for pool in pools:
@@ -273,6 +289,8 @@ class Controller:
                 )
 
         status = service_status(service, old_status, pools, now, generation, note)
+        status = name_conflict_status(status, conflicts, now, generation)
+        self._warn_conflicts(service, conflicts, outcome)
         self._write_status(body, old_status, status, outcome, service)
         self.pool_plans.set((namespace, name), [(p.gpu_type, p.feasible) for p in pools])
         return outcome
@@ -336,6 +354,21 @@ class Controller:
             )
         return budgets
 
+    def _warn_conflicts(self, service: VLLMService, conflicts: list[str], outcome: Outcome) -> None:
+        """One Warning NameConflict Event per object and service (again only after it cleared)."""
+        key = (service.namespace, service.name)
+        warned = self._conflicts_warned.setdefault(key, set())
+        for obj in conflicts:
+            if obj not in warned:
+                self._event(
+                    service,
+                    "Warning",
+                    Reason.NAME_CONFLICT,
+                    f"{obj} exists and is not owned by this VLLMService: left untouched",
+                    outcome,
+                )
+        self._conflicts_warned[key] = set(conflicts)
+
     def _node_event(
         self, node: str, uid: str, reason: Reason, message: str, outcome: Outcome
     ) -> None:
@@ -397,6 +430,21 @@ class Controller:
         outcome.status_written = True
         for type_, reason, message in transition_events(old, new):
             self._event(service or body, type_, reason, message, outcome)
+
+
+def _owned_by(obj: Obj, service: VLLMService) -> bool:
+    """Whether `obj` is controlled by this VLLMService (its controller ownerReference, by UID).
+
+    Objects with a derived name that someone else created are never modified or adopted.
+    """
+    uid = str(service.metadata.get("uid", ""))
+    return any(
+        ref.get("kind") == "VLLMService"
+        and ref.get("controller")
+        and ref.get("name") == service.name
+        and (not uid or ref.get("uid") == uid)
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+    )
 
 
 __all__ = ["Controller", "Outcome", "RetryableError", "LABEL_INSTANCE"]

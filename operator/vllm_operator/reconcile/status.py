@@ -253,6 +253,30 @@ def service_status(
     )
 
 
+def name_conflict_status(
+    status: VLLMServiceStatus, conflicts: list[str], now: datetime, generation: Any
+) -> VLLMServiceStatus:
+    """Degraded=True NameConflict when objects with derived names belong to someone else.
+
+    The operator never modifies or adopts such an object (issue #20): the user renames the
+    service or removes the object; the condition says which.
+    """
+    if not conflicts:
+        return status
+    message = (
+        "; ".join(conflicts)
+        + " exist(s) and are not owned by this VLLMService: left untouched; delete or rename"
+        " them, or rename the VLLMService"
+    )
+    conds = apply_conditions(
+        status.conditions,
+        [(ConditionType.DEGRADED, "True", Reason.NAME_CONFLICT, message)],
+        now,
+        generation,
+    )
+    return status.model_copy(update={"conditions": conds})
+
+
 def transition_events(
     old: VLLMServiceStatus, new: VLLMServiceStatus
 ) -> list[tuple[str, Reason, str]]:
@@ -281,6 +305,7 @@ def transition_events(
 __all__ = [
     "apply_conditions",
     "budget_note",
+    "name_conflict_status",
     "parse_status",
     "plan_summary",
     "ready_counts",
