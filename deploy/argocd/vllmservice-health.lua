@@ -3,7 +3,10 @@
 -- (docs/gitops.md). Argo CD runs this with the live object in `obj` and expects {status, message}.
 --
 -- Mapping (first match wins):
---   no status / observedGeneration behind metadata.generation  -> Progressing (not yet reconciled)
+--   no status                                                    -> Progressing (not yet reconciled)
+--   Degraded=True ApplyRejected / ApiRequestFailed / ReconcileError of this generation
+--                                                                -> Degraded   (reconcile failed, retried)
+--   observedGeneration behind metadata.generation                -> Progressing (not yet reconciled)
 --   spec.replicas == 0                                           -> Suspended  (scaled to zero on purpose)
 --   Feasible=False (Infeasible: the intent cannot fit any GPU)   -> Degraded   (a spec change is needed)
 --   Degraded=True  (PoolsUnavailable, ...)                        -> Degraded
@@ -48,6 +51,17 @@ local generation = (obj.metadata or {}).generation
 if status == nil or status.observedGeneration == nil then
   hs.status = "Progressing"
   hs.message = "Waiting for vllm-operator to reconcile this VLLMService"
+  return hs
+end
+-- A reconcile of the current generation that failed (the API server refused an object, or an
+-- internal error) leaves observedGeneration behind on purpose (it is retried until it catches up);
+-- its Degraded condition names the generation it was computed from.
+local failed = condition(status.conditions, "Degraded")
+if failed ~= nil and failed.status == "True" and failed.observedGeneration == generation
+  and (failed.reason == "ApplyRejected" or failed.reason == "ApiRequestFailed"
+    or failed.reason == "ReconcileError") then
+  hs.status = "Degraded"
+  hs.message = describe(failed, "Degraded")
   return hs
 end
 if generation ~= nil and status.observedGeneration < generation then

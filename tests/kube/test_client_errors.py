@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from vllm_operator.hub.resolver import HubArchitectureResolver
-from vllm_operator.kube.client import ApiGateway, guard_transport
+from vllm_operator.kube.client import ApiGateway, _wrap, guard_transport
 from vllm_operator.kube.gateway import GatewayError, Kind, UnavailableError
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.controller import Controller, RetryableError
@@ -149,3 +150,22 @@ def test_guard_is_installed_once() -> None:
     api = guard_transport(client.ApiClient(client.Configuration()))
     first = api.rest_client.request
     assert guard_transport(api).rest_client.request is first
+
+
+def test_a_refusal_quotes_the_api_servers_cause() -> None:
+    """#12: a condition must say what to fix, not only "422 Unprocessable Entity"."""
+    exc = ApiException(status=422, reason="Unprocessable Entity")
+    exc.body = (
+        '{"kind":"Status","message":"Service \\"1abc\\" is invalid: metadata.name: Invalid '
+        'value: \\"1abc\\":\\n a DNS-1035 label must start with a letter","code":422}'
+    )
+    err = _wrap(exc, "apply Service default/1abc")
+    assert str(err) == (
+        "apply Service default/1abc failed: 422 Unprocessable Entity: Service "
+        '"1abc" is invalid: metadata.name: Invalid value: "1abc": a DNS-1035 label must start '
+        "with a letter"
+    )
+    assert err.status == 422 and type(err) is GatewayError
+    plain = ApiException(status=403, reason="Forbidden")
+    plain.body = "not json"
+    assert str(_wrap(plain, "list Pod in x")) == "list Pod in x failed: 403 Forbidden"

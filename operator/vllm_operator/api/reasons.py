@@ -72,6 +72,26 @@ class Reason(StrEnum):
         "untouched (condition Degraded and a Warning Event name it).",
     )
 
+    # Degraded (and Progressing=False): a reconcile that could not finish, retried with
+    # exponential backoff; status.observedGeneration stays behind until one succeeds.
+    APPLY_REJECTED = (
+        "ApplyRejected",
+        "The API server refused a request of the reconcile (an invalid object, a quota, RBAC, an "
+        "admission webhook): the message names the object and quotes the API server's cause. "
+        "Retried with exponential backoff (5 s doubling to 5 min).",
+    )
+    API_REQUEST_FAILED = (
+        "ApiRequestFailed",
+        "The API server failed or throttled a request (5xx, 429) or kept reporting conflicts; "
+        "the message quotes it. Retried with exponential backoff (5 s doubling to 5 min).",
+    )
+    RECONCILE_ERROR = (
+        "ReconcileError",
+        "An internal error of the operator while planning or rendering this service (a bug: "
+        "please report it with the message, which names the exception). Retried with "
+        "exponential backoff (5 s doubling to 5 min).",
+    )
+
     # MemoryPressure and remediation steps (overrides, history, Events)
     STARTUP_OOM = "StartupOOM", "vLLM ran out of GPU memory while starting (profiling, graphs)."
     BURST_OOM = "BurstOOM", "vLLM ran out of GPU memory under load after it had started."

@@ -130,12 +130,33 @@ def _selector(labels: dict[str, str]) -> str:
 _UNAVAILABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
+def _status_message(body: Any) -> str:
+    """The API server's own words from a `Status` body (why a write was refused), one line.
+
+    The HTTP reason alone ("422 Unprocessable Entity") does not tell a user what to fix; the
+    Status message names the field and the rule ("metadata.name: Invalid value ...").
+    """
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    if not isinstance(body, str) or not body:
+        return ""
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return ""
+    message = decoded.get("message") if isinstance(decoded, dict) else None
+    return " ".join(str(message).split())[:800] if message else ""
+
+
 def _wrap(exc: ApiException, what: str) -> GatewayError:
     status = int(exc.status) if exc.status else None
     if status is None:
         first = str(exc.reason).splitlines()[0] if exc.reason else "no response"
         return UnavailableError(f"{what} failed: API server unreachable: {first[:300]}", None)
     text = f"{what} failed: {exc.status} {exc.reason}"
+    cause = _status_message(exc.body)
+    if cause:
+        text += f": {cause}"
     if status == 409:
         return ConflictError(text, status)
     if status in _UNAVAILABLE_STATUSES:

@@ -20,7 +20,14 @@ from vllm_operator.api import VLLMService, VLLMServiceStatus
 from vllm_operator.api.errors import problems_from
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
-from vllm_operator.kube.gateway import ConflictError, GatewayError, Kind, KubeGateway, Obj
+from vllm_operator.kube.gateway import (
+    ConflictError,
+    GatewayError,
+    Kind,
+    KubeGateway,
+    Obj,
+    UnavailableError,
+)
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.diff import needs_apply
@@ -34,6 +41,7 @@ from vllm_operator.reconcile.pools import (
 )
 from vllm_operator.reconcile.status import (
     budget_note,
+    failed_status,
     name_conflict_status,
     parse_status,
     rejected_status,
@@ -55,12 +63,65 @@ log = logging.getLogger(__name__)
 _NODE_FIELDS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
 
 
-class RetryableError(Exception):
-    """A transient failure (API unavailable, conflict storm): the handler retries after `delay`."""
+BACKOFF_INITIAL_SECONDS = 5.0
+BACKOFF_MAX_SECONDS = 300.0
+"""A failing service is retried after 5 s, then 10, 20, ... up to 5 minutes, per service."""
 
-    def __init__(self, message: str, delay: float = 5.0) -> None:
+_MESSAGE_LIMIT = 1024
+
+
+class RetryableError(Exception):
+    """A reconcile that could not finish: the handler retries after `delay` (never sooner)."""
+
+    def __init__(self, message: str, delay: float = BACKOFF_INITIAL_SECONDS) -> None:
         super().__init__(message)
         self.delay = delay
+
+
+@dataclass
+class _Failure:
+    """The backoff state of one failing service (dropped on success and in `forget`)."""
+
+    generation: Any
+    attempts: int
+    delay: float
+    due: float  # monotonic seconds
+    message: str
+
+
+def backoff_delay(attempts: int) -> float:
+    """Seconds before retry number `attempts` (1-based): 5, 10, 20, ... capped at 5 minutes."""
+    return float(min(BACKOFF_INITIAL_SECONDS * 2 ** min(attempts - 1, 16), BACKOFF_MAX_SECONDS))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:_MESSAGE_LIMIT]
+
+
+def classify_failure(exc: Exception) -> tuple[Reason | None, str]:
+    """(condition reason, message) for a failed reconcile; reason None: nothing can be written.
+
+    - API server unreachable (no HTTP answer): no condition, the status write would fail too.
+    - 5xx, 429 or conflicts after retries: ApiRequestFailed (transient, quoted).
+    - any other HTTP refusal (400, 403, 404, 422, ...): ApplyRejected; the gateway's message
+      names the verb and object and quotes the API server's cause.
+    - anything else is an operator bug in gathering, planning or rendering: ReconcileError,
+      naming the exception type (a pydantic ValidationError by its field paths).
+    """
+    if isinstance(exc, GatewayError):
+        if exc.status is None:
+            return None, _one_line(str(exc))
+        if isinstance(exc, ConflictError | UnavailableError):
+            return Reason.API_REQUEST_FAILED, _one_line(str(exc))
+        return Reason.APPLY_REJECTED, _one_line(str(exc))
+    if isinstance(exc, ValidationError):
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or exc.title}: {e['msg']}" for e in exc.errors()
+        )
+        return Reason.RECONCILE_ERROR, _one_line(
+            f"Internal error ValidationError in {exc.title}: {detail}"
+        )
+    return Reason.RECONCILE_ERROR, _one_line(f"Internal error {type(exc).__name__}: {exc}")
 
 
 @dataclass
@@ -87,6 +148,7 @@ class Controller:
         clock: Callable[[], datetime] = _utcnow,
         node_cache_seconds: float = 0.0,
         metrics: MetricsSource | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         # Every write goes through the counting wrapper (vllm_operator_api_writes_total).
         self.gw = CountingGateway(gateway)
@@ -109,6 +171,12 @@ class Controller:
         self._budget_events_guard = threading.Lock()
         self.pool_plans = m.PoolPlans()
         self._conflicts_warned: dict[tuple[str, str], set[str]] = {}
+        # Fail-safe reconcile (#12): per-service backoff, one Warning per distinct failure, one
+        # traceback per distinct internal error (process-wide, bounded).
+        self._monotonic = monotonic
+        self._failures: dict[tuple[str, str], _Failure] = {}
+        self._failures_warned: dict[tuple[str, str], str] = {}
+        self._tracebacks_logged: set[str] = set()
 
     # ----------------------------------------------------------------------------- triggers
 
@@ -121,6 +189,8 @@ class Controller:
         self._gpu_index.pop((namespace, name), None)
         self.pool_plans.forget((namespace, name))
         self._conflicts_warned.pop((namespace, name), None)
+        self._failures.pop((namespace, name), None)
+        self._failures_warned.pop((namespace, name), None)
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
 
@@ -174,47 +244,169 @@ class Controller:
     # ------------------------------------------------------------------------------ reconcile
 
     def reconcile(self, namespace: str, name: str) -> Outcome:
-        """Reconcile one service by name (reads the current object first)."""
-        started = time.perf_counter()
+        """Reconcile one service by name (reads the current object first).
+
+        Fail-safe (#12): whatever fails while gathering, planning, rendering or applying ends as
+        a condition on this service only (see `_failed`) and a RetryableError with this service's
+        backoff delay; a failing service is attempted at most once per backoff period for the same
+        generation, whatever triggers arrive (its Deployment's events, nodes, Kopf's retries).
+        """
         with self._lock((namespace, name)):
-            try:
-                for attempt in range(3):
-                    try:
-                        body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
-                        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
-                            self.forget(namespace, name)
-                            return Outcome()
-                        outcome = self.reconcile_body(body)
-                        m.RECONCILES.labels("ok").inc()
-                        return outcome
-                    except ConflictError:
-                        if attempt == 2:
-                            raise
-                        log.info("Retried after conflict service=%s/%s", namespace, name)
-                raise AssertionError("unreachable")
-            except GatewayError as exc:
-                m.RECONCILES.labels("error").inc()
-                m.RECONCILE_ERRORS.labels(type(exc).__name__).inc()
-                log.warning("Failed to reconcile service=%s/%s error=%s", namespace, name, exc)
-                raise RetryableError(str(exc)) from exc
-            finally:
-                m.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+            return self._reconcile_locked(namespace, name)
+
+    def _reconcile_locked(self, namespace: str, name: str) -> Outcome:
+        started = time.perf_counter()
+        key = (namespace, name)
+        body: Obj | None = None
+        try:
+            for attempt in range(3):
+                try:
+                    body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
+                    if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                        self.forget(namespace, name)
+                        return Outcome()
+                    self._defer_if_backing_off(key, body)
+                    outcome = self.reconcile_body(body)
+                    m.RECONCILES.labels("ok").inc()
+                    self._recovered(key)
+                    return outcome
+                except ConflictError:
+                    if attempt == 2:
+                        raise
+                    log.info("Retried after conflict service=%s/%s", namespace, name)
+            raise AssertionError("unreachable")
+        except RetryableError:
+            raise
+        except Exception as exc:  # every failure ends as a condition (#12)
+            raise self._failed(key, body, exc, "reconcile") from exc
+        finally:
+            m.RECONCILE_SECONDS.observe(time.perf_counter() - started)
 
     def evaluate(self, namespace: str, name: str) -> Outcome:
-        """Run-time remediation for one service; re-renders its pools when overrides change."""
-        with self._lock((namespace, name)):
+        """Run-time remediation for one service (the timer); re-renders pools when overrides change.
+
+        The timer is also the service's catch-up (#20): when status.observedGeneration is behind
+        metadata.generation (a failed reconcile, including after A -> B -> A edits, where Kopf
+        sees no diff against its last-handled configuration and calls no handler), the reconcile
+        is retried here once its backoff has passed, until the generation is observed.
+        """
+        key = (namespace, name)
+        with self._lock(key):
+            body: Obj | None = None
             try:
                 body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
                 if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                    return Outcome()
+                if self._behind(key, body):
+                    if self._due(key, body):
+                        return self._reconcile_locked(namespace, name)
                     return Outcome()
                 if not self.evaluator.evaluate(body):
                     return Outcome()
                 body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
                 return self.reconcile_body(body) if body is not None else Outcome()
-            except GatewayError as exc:
-                m.RECONCILE_ERRORS.labels(type(exc).__name__).inc()
-                log.warning("Failed to evaluate service=%s/%s error=%s", namespace, name, exc)
-                raise RetryableError(str(exc)) from exc
+            except RetryableError:
+                raise
+            except Exception as exc:  # every failure ends as a condition (#12)
+                raise self._failed(key, body, exc, "evaluate") from exc
+
+    # ---------------------------------------------------------------------- failure handling
+
+    def _behind(self, key: tuple[str, str], body: Obj) -> bool:
+        """A failure is pending, or status.observedGeneration lags metadata.generation."""
+        if key in self._failures:
+            return True
+        generation = (body.get("metadata") or {}).get("generation")
+        observed = (body.get("status") or {}).get("observedGeneration")
+        return isinstance(generation, int) and observed != generation
+
+    def _due(self, key: tuple[str, str], body: Obj) -> bool:
+        """No backoff holds this service back (none, it has passed, or the spec changed since)."""
+        failure = self._failures.get(key)
+        return (
+            failure is None
+            or failure.generation != (body.get("metadata") or {}).get("generation")
+            or self._monotonic() >= failure.due
+        )
+
+    def _defer_if_backing_off(self, key: tuple[str, str], body: Obj) -> None:
+        """Refuse a retry of the same generation before its backoff passed (no hot loop)."""
+        failure = self._failures.get(key)
+        if failure is None or self._due(key, body):
+            return
+        left = max(failure.due - self._monotonic(), 1.0)
+        log.debug("Deferred reconcile service=%s/%s retry_in=%.0fs", *key, left)
+        raise RetryableError(failure.message, delay=left)
+
+    def _recovered(self, key: tuple[str, str]) -> None:
+        if self._failures.pop(key, None) is not None:
+            log.info("Recovered reconcile service=%s/%s", *key)
+        self._failures_warned.pop(key, None)
+
+    def _failed(
+        self, key: tuple[str, str], body: Obj | None, exc: Exception, action: str
+    ) -> RetryableError:
+        """Count, log, report and schedule the retry of a failed reconcile (or evaluation).
+
+        The log line is one WARNING in k8s style without a traceback: an API refusal is the
+        user's or the cluster's problem, and its cause is quoted. An internal error (a bug) logs
+        its traceback once per distinct error per process (ERROR), so it can be fixed, and then
+        only the WARNING line: a traceback every backoff period of every service would bury the
+        log. Reporting (status, Event) is best effort and never masks the original error.
+        """
+        namespace, name = key
+        m.RECONCILES.labels("error").inc()
+        m.RECONCILE_ERRORS.labels(type(exc).__name__).inc()
+        reason, message = classify_failure(exc)
+        generation = ((body or {}).get("metadata") or {}).get("generation")
+        previous = self._failures.get(key)
+        attempts = previous.attempts + 1 if previous is not None else 1
+        delay = backoff_delay(attempts)
+        self._failures[key] = _Failure(
+            generation, attempts, delay, self._monotonic() + delay, message
+        )
+        log.warning(
+            "Failed to %s service=%s/%s reason=%s retry_in=%.0fs error=%s",
+            action,
+            namespace,
+            name,
+            reason or "Unreachable",
+            delay,
+            message,
+        )
+        if reason == Reason.RECONCILE_ERROR:
+            signature = f"{type(exc).__name__}: {exc}"
+            if signature not in self._tracebacks_logged and len(self._tracebacks_logged) < 1000:
+                self._tracebacks_logged.add(signature)
+                log.error(
+                    "Internal error in %s service=%s/%s", action, namespace, name, exc_info=exc
+                )
+        if reason is not None and body is not None:
+            self._report_failure(key, body, reason, message)
+        return RetryableError(message, delay=delay)
+
+    def _report_failure(
+        self, key: tuple[str, str], body: Obj, reason: Reason, message: str
+    ) -> None:
+        """The failure's conditions (written when they change) and one Warning per message."""
+        try:
+            old = parse_status(body.get("status"))
+            generation = (body.get("metadata") or {}).get("generation")
+            new = failed_status(old, reason, message, self.clock(), generation)
+            if new != old:
+                meta = body["metadata"]
+                self.gw.apply_status(
+                    str(meta.get("namespace", "default")), str(meta["name"]), new.to_wire()
+                )
+            if self._failures_warned.get(key) != message:
+                self.gw.emit_event(service_event(body, "Warning", reason, message))
+                self._failures_warned[key] = message
+        except Exception as exc:  # reporting must never mask the failure
+            log.info(
+                "Failed to record the failure service=%s/%s error=%s",
+                *key,
+                _one_line(str(exc)),
+            )
 
     def reconcile_body(self, body: Obj) -> Outcome:
         """One pass over a VLLMService object as read from the API."""

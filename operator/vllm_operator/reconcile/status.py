@@ -96,6 +96,34 @@ def rejected_status(
     )
 
 
+def failed_status(
+    old: VLLMServiceStatus, reason: Reason, message: str, now: datetime, generation: Any
+) -> VLLMServiceStatus:
+    """Status for a reconcile that could not finish (an API refusal or an internal error).
+
+    Degraded=True and Progressing=False carry the cause; the conditions name the generation they
+    were computed from, but `observedGeneration` stays where the last complete reconcile left it:
+    the operator has not acted on this generation yet, and a stale observedGeneration is what keeps
+    the retry going (issue #20: retried until it catches up). Feasible, Ready and the pools keep
+    their last observation, which still describes what runs.
+    """
+    conds = apply_conditions(
+        old.conditions,
+        [
+            (ConditionType.DEGRADED, "True", reason, message),
+            (
+                ConditionType.PROGRESSING,
+                "False",
+                reason,
+                "The reconcile failed; retrying with exponential backoff",
+            ),
+        ],
+        now,
+        generation,
+    )
+    return old.model_copy(update={"conditions": conds})
+
+
 def ready_counts(pool: PoolOutcome) -> tuple[int, int]:
     """(desired, ready) replicas of the pool's live Deployment."""
     live = pool.live or {}
@@ -305,6 +333,7 @@ def transition_events(
 __all__ = [
     "apply_conditions",
     "budget_note",
+    "failed_status",
     "name_conflict_status",
     "parse_status",
     "plan_summary",
