@@ -237,3 +237,60 @@ def test_pre_existing_service_is_never_taken_over_nor_collected(
     assert kube.get(f"/api/v1/namespaces/{namespace}/services/{name}")["spec"]["selector"] == {
         "app": "web"
     }
+
+
+def test_refused_write_is_reported_once_and_a_b_a_is_retried_until_observed(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Issue #12 part 2: a write the API server refuses (here a ResourceQuota: 403) ends as
+    Degraded=True ApplyRejected quoting the server's cause, one Warning Event, backoff, no
+    traceback. Issue #20 part 6: after A -> B (failing) -> A, Kopf sees no diff against its
+    last-handled configuration and calls no handler; the timer retries until observed."""
+    kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "one-deployment", "namespace": namespace},
+            "spec": {"hard": {"count/deployments.apps": "1"}},
+        }
+    )
+    quota_path = f"/api/v1/namespaces/{namespace}/resourcequotas/one-deployment"
+    wait_for(
+        lambda: (kube.get(quota_path).get("status") or {}).get("hard") or None,
+        timeout=30,
+        what="the quota controller to compute the quota",
+    )
+    spec_a = example("llama-3.1-8b-l4.yaml", namespace)
+    name = spec_a["metadata"]["name"]
+    kube.apply(spec_a)
+    wait_condition(kube, namespace, name, "Ready", "True", generation=1)
+
+    spec_b = example("llama-3.1-8b-l4.yaml", namespace)
+    spec_b["spec"]["placement"]["gpuTypes"] = ["NVIDIA-L4", "NVIDIA-A100-SXM4-40GB"]
+    assert int(kube.apply(spec_b)["metadata"]["generation"]) == 2
+    live = wait_condition(kube, namespace, name, "Degraded", "True", "ApplyRejected")
+    degraded = [c for c in live["status"]["conditions"] if c["type"] == "Degraded"][0]
+    assert "403" in degraded["message"] and "exceeded quota" in degraded["message"], degraded
+    assert degraded["observedGeneration"] == 2
+    assert live["status"]["observedGeneration"] == 1  # not acted on: kept behind
+
+    generation = int(kube.apply(spec_a)["metadata"]["generation"])
+    assert generation == 3
+    returned = time.monotonic()
+    wait_for(
+        lambda: _generation_observed(kube, namespace, name, generation),
+        timeout=60,
+        what="the return to A to be reconciled although Kopf sees no diff",
+    )
+    print(f"\nMeasured catch-up after A -> B -> A seconds={time.monotonic() - returned:.1f}")
+    live = wait_condition(kube, namespace, name, "Degraded", "False", "AsExpected")
+    assert len(deployments(kube, namespace)) == 1
+    warnings = [
+        e
+        for e in kube.list(f"/api/v1/namespaces/{namespace}/events")
+        if e["reason"] == "ApplyRejected"
+    ]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning", warnings
+    log = operator.log_file.read_text()
+    assert "Traceback" not in log, log[-4000:]
+    assert log.count("reason=ApplyRejected") <= 6, "retries back off (5, 10, 20 s ...)"
