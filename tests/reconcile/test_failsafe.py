@@ -293,3 +293,34 @@ def test_the_timer_retries_a_stale_generation_and_then_stops() -> None:
         clock.now += 5
         assert ctl.evaluate("default", NAME).applied == []
     assert status_of(gw, NAME)["observedGeneration"] == 1
+
+
+def test_a_failing_evaluation_backs_off_apart_from_the_reconcile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pod logs forbidden (a restricted RBAC) must not warn every timer tick, and a successful
+    reconcile (the spec changed) must not reset the evaluation's backoff."""
+    calls: list[str] = []
+
+    def forbidden(self: Any, body: Obj) -> bool:
+        calls.append(body["metadata"]["name"])
+        raise GatewayError(
+            "read log of default/p failed: 403 Forbidden: pods/log is forbidden", 403
+        )
+
+    gw, ctl, clock = _setup(refuse=False)
+    ctl.reconcile("default", NAME)
+    monkeypatch.setattr(type(ctl.evaluator), "evaluate", forbidden)
+    with pytest.raises(RetryableError) as info:
+        ctl.evaluate("default", NAME)
+    assert info.value.delay == 5
+    assert condition(status_of(gw, NAME), "Degraded")["reason"] == "ApplyRejected"
+    clock.now += 1
+    ctl.reconcile("default", NAME)  # some trigger; the reconcile itself succeeds
+    assert ctl.evaluate("default", NAME).applied == []  # still backing off: not called
+    assert len(calls) == 1
+    clock.now += 4
+    with pytest.raises(RetryableError) as info:
+        ctl.evaluate("default", NAME)
+    assert info.value.delay == 10 and len(calls) == 2
+    assert _warnings(gw) == ["ApplyRejected"]

@@ -78,6 +78,10 @@ class RetryableError(Exception):
         self.delay = delay
 
 
+_ACTIONS = ("reconcile", "evaluate")
+_FailureKey = tuple[str, str, str]  # namespace, name, action
+
+
 @dataclass
 class _Failure:
     """The backoff state of one failing service (dropped on success and in `forget`)."""
@@ -174,8 +178,10 @@ class Controller:
         # Fail-safe reconcile (#12): per-service backoff, one Warning per distinct failure, one
         # traceback per distinct internal error (process-wide, bounded).
         self._monotonic = monotonic
-        self._failures: dict[tuple[str, str], _Failure] = {}
-        self._failures_warned: dict[tuple[str, str], str] = {}
+        # Keyed by (namespace, name, action): a failing evaluation (say, pod logs forbidden)
+        # backs off apart from the reconcile, so neither's success resets the other's backoff.
+        self._failures: dict[_FailureKey, _Failure] = {}
+        self._failures_warned: dict[_FailureKey, str] = {}
         self._tracebacks_logged: set[str] = set()
 
     # ----------------------------------------------------------------------------- triggers
@@ -189,8 +195,9 @@ class Controller:
         self._gpu_index.pop((namespace, name), None)
         self.pool_plans.forget((namespace, name))
         self._conflicts_warned.pop((namespace, name), None)
-        self._failures.pop((namespace, name), None)
-        self._failures_warned.pop((namespace, name), None)
+        for action in _ACTIONS:
+            self._failures.pop((namespace, name, action), None)
+            self._failures_warned.pop((namespace, name, action), None)
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
 
@@ -265,10 +272,10 @@ class Controller:
                     if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
                         self.forget(namespace, name)
                         return Outcome()
-                    self._defer_if_backing_off(key, body)
+                    self._defer_if_backing_off((*key, "reconcile"), body)
                     outcome = self.reconcile_body(body)
                     m.RECONCILES.labels("ok").inc()
-                    self._recovered(key)
+                    self._recovered((*key, "reconcile"))
                     return outcome
                 except ConflictError:
                     if attempt == 2:
@@ -278,7 +285,7 @@ class Controller:
         except RetryableError:
             raise
         except Exception as exc:  # every failure ends as a condition (#12)
-            raise self._failed(key, body, exc, "reconcile") from exc
+            raise self._failed((*key, "reconcile"), body, exc) from exc
         finally:
             m.RECONCILE_SECONDS.observe(time.perf_counter() - started)
 
@@ -298,29 +305,32 @@ class Controller:
                 if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
                     return Outcome()
                 if self._behind(key, body):
-                    if self._due(key, body):
+                    if self._due((*key, "reconcile"), body):
                         return self._reconcile_locked(namespace, name)
                     return Outcome()
-                if not self.evaluator.evaluate(body):
+                if not self._due((*key, "evaluate"), body):
                     return Outcome()
-                body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
-                return self.reconcile_body(body) if body is not None else Outcome()
+                changed = self.evaluator.evaluate(body)
+                body = self.gw.get(Kind.VLLM_SERVICE, namespace, name) if changed else None
+                outcome = self.reconcile_body(body) if body is not None else Outcome()
+                self._recovered((*key, "evaluate"))
+                return outcome
             except RetryableError:
                 raise
             except Exception as exc:  # every failure ends as a condition (#12)
-                raise self._failed(key, body, exc, "evaluate") from exc
+                raise self._failed((*key, "evaluate"), body, exc) from exc
 
     # ---------------------------------------------------------------------- failure handling
 
     def _behind(self, key: tuple[str, str], body: Obj) -> bool:
-        """A failure is pending, or status.observedGeneration lags metadata.generation."""
-        if key in self._failures:
+        """A reconcile failure is pending, or status.observedGeneration lags metadata.generation."""
+        if (*key, "reconcile") in self._failures:
             return True
         generation = (body.get("metadata") or {}).get("generation")
         observed = (body.get("status") or {}).get("observedGeneration")
         return isinstance(generation, int) and observed != generation
 
-    def _due(self, key: tuple[str, str], body: Obj) -> bool:
+    def _due(self, key: _FailureKey, body: Obj) -> bool:
         """No backoff holds this service back (none, it has passed, or the spec changed since)."""
         failure = self._failures.get(key)
         return (
@@ -329,23 +339,21 @@ class Controller:
             or self._monotonic() >= failure.due
         )
 
-    def _defer_if_backing_off(self, key: tuple[str, str], body: Obj) -> None:
+    def _defer_if_backing_off(self, key: _FailureKey, body: Obj) -> None:
         """Refuse a retry of the same generation before its backoff passed (no hot loop)."""
         failure = self._failures.get(key)
         if failure is None or self._due(key, body):
             return
         left = max(failure.due - self._monotonic(), 1.0)
-        log.debug("Deferred reconcile service=%s/%s retry_in=%.0fs", *key, left)
+        log.debug("Deferred %s service=%s/%s retry_in=%.0fs", key[2], key[0], key[1], left)
         raise RetryableError(failure.message, delay=left)
 
-    def _recovered(self, key: tuple[str, str]) -> None:
+    def _recovered(self, key: _FailureKey) -> None:
         if self._failures.pop(key, None) is not None:
-            log.info("Recovered reconcile service=%s/%s", *key)
+            log.info("Recovered %s service=%s/%s", key[2], key[0], key[1])
         self._failures_warned.pop(key, None)
 
-    def _failed(
-        self, key: tuple[str, str], body: Obj | None, exc: Exception, action: str
-    ) -> RetryableError:
+    def _failed(self, key: _FailureKey, body: Obj | None, exc: Exception) -> RetryableError:
         """Count, log, report and schedule the retry of a failed reconcile (or evaluation).
 
         The log line is one WARNING in k8s style without a traceback: an API refusal is the
@@ -354,7 +362,7 @@ class Controller:
         only the WARNING line: a traceback every backoff period of every service would bury the
         log. Reporting (status, Event) is best effort and never masks the original error.
         """
-        namespace, name = key
+        namespace, name, action = key
         m.RECONCILES.labels("error").inc()
         m.RECONCILE_ERRORS.labels(type(exc).__name__).inc()
         reason, message = classify_failure(exc)
@@ -385,9 +393,7 @@ class Controller:
             self._report_failure(key, body, reason, message)
         return RetryableError(message, delay=delay)
 
-    def _report_failure(
-        self, key: tuple[str, str], body: Obj, reason: Reason, message: str
-    ) -> None:
+    def _report_failure(self, key: _FailureKey, body: Obj, reason: Reason, message: str) -> None:
         """The failure's conditions (written when they change) and one Warning per message."""
         try:
             old = parse_status(body.get("status"))
@@ -404,7 +410,8 @@ class Controller:
         except Exception as exc:  # reporting must never mask the failure
             log.info(
                 "Failed to record the failure service=%s/%s error=%s",
-                *key,
+                key[0],
+                key[1],
                 _one_line(str(exc)),
             )
 
