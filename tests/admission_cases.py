@@ -245,6 +245,49 @@ CASES: list[Case] = [
     Case("model-name-newline", _set("spec.model.name", "org/model\nx"), "spec.model.name"),
     Case("model-name-nul", _set("spec.model.name", "org/model\x00"), "spec.model.name"),
     Case("model-revision-tab", _set("spec.model.revision", "main\t"), "spec.model.revision"),
+    # seccomp profiles as core/v1 validates them (found by the reconcile fuzz, tests/reconcile/
+    # test_fuzz.py: the Deployment apply was refused with a 422 on every loop)
+    Case(
+        "seccomp-localhost-without-profile",
+        _set("spec.security", {"container": {"seccompProfile": {"type": "Localhost"}}}),
+        "spec.security.container.seccompProfile",
+    ),
+    Case(
+        "seccomp-localhost-absolute-profile",
+        _set(
+            "spec.security",
+            {"pod": {"seccompProfile": {"type": "Localhost", "localhostProfile": "/p.json"}}},
+        ),
+        "spec.security.pod.seccompProfile",
+    ),
+    Case(
+        "seccomp-localhost-backstep-profile",
+        _set(
+            "spec.security",
+            {"pod": {"seccompProfile": {"type": "Localhost", "localhostProfile": "a/../../p"}}},
+        ),
+        "spec.security.pod.seccompProfile",
+    ),
+    Case(
+        "seccomp-runtime-default-with-profile",
+        _set(
+            "spec.security",
+            {"pod": {"seccompProfile": {"type": "RuntimeDefault", "localhostProfile": "p"}}},
+        ),
+        "spec.security.pod.seccompProfile",
+    ),
+    Case(
+        "seccomp-localhost-valid",
+        _set(
+            "spec.security",
+            {
+                "container": {
+                    "seccompProfile": {"type": "Localhost", "localhostProfile": "a/p.json"}
+                }
+            },
+        ),
+        None,
+    ),
     # strict types, as the API server decodes them
     Case(
         "concurrency-string", _set("spec.workload.concurrency", "16"), "spec.workload.concurrency"

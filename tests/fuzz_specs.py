@@ -183,6 +183,35 @@ architecture = st.fixed_dictionaries(
     },
 )
 
+seccomp = st.fixed_dictionaries(
+    {"type": st.sampled_from(["RuntimeDefault", "Localhost", "Unconfined"])},
+    optional={
+        "localhostProfile": st.sampled_from(["profiles/vllm.json", "/abs.json", "../up", ""])
+    },
+)
+security = st.fixed_dictionaries(
+    {},
+    optional={
+        "pod": st.fixed_dictionaries(
+            {},
+            optional={
+                "runAsUser": st.sampled_from([0, 1000, -1]),
+                "runAsNonRoot": st.booleans(),
+                "seccompProfile": seccomp,
+            },
+        ),
+        "container": st.fixed_dictionaries(
+            {},
+            optional={
+                "seccompProfile": seccomp,
+                "capabilities": st.fixed_dictionaries(
+                    {}, optional={"add": st.lists(st.sampled_from(["NET_BIND_SERVICE", "x y"]))}
+                ),
+            },
+        ),
+    },
+)
+
 # (path, value) pairs; a path is dotted keys from the object's root.
 MUTATIONS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("metadata.name", names),
@@ -206,6 +235,13 @@ MUTATIONS: list[tuple[str, st.SearchStrategy[Any]]] = [
         st.one_of(st.integers(0, 4096), st.sampled_from([131072, 10**7])),
     ),
     ("spec.workload.maxContextTokens", st.sampled_from([None, 1024, 8192, 131072])),
+    ("spec.security", security),
+    (
+        "spec.rollout",
+        st.fixed_dictionaries(
+            {}, optional={"maxSurge": st.integers(0, 2), "maxUnavailable": st.integers(0, 2)}
+        ),
+    ),
 ]
 
 

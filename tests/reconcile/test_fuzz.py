@@ -68,6 +68,20 @@ def duplicates(items: list[Any] | None, key: str, where: str) -> list[str]:
     return [f"{where}: duplicate {key} {k!r}" for k, n in counts.items() if n > 1]
 
 
+def seccomp_problems(profile: Any, where: str) -> list[str]:
+    """core/v1 validation: Localhost needs a relative, descending localhostProfile; the other
+    types take none."""
+    if not profile:
+        return []
+    local = profile.get("localhostProfile")
+    if profile.get("type") == "Localhost":
+        if local is None or local.startswith("/") or ".." in local.split("/") or not local:
+            return [f"{where} seccomp Localhost with localhostProfile {local!r}"]
+    elif local is not None:
+        return [f"{where} seccomp {profile.get('type')} with a localhostProfile"]
+    return []
+
+
 def object_problems(obj: Obj) -> list[str]:
     """What the API server would refuse (the subset the operator's objects can get wrong)."""
     kind, meta = obj["kind"], obj["metadata"]
@@ -96,6 +110,10 @@ def object_problems(obj: Obj) -> list[str]:
                 out.append(f"toleration {tol} Exists with a value")
             if tol.get("key"):
                 out += [f"toleration {p}" for p in qualified_name_problems(tol["key"])]
+        rolling = (spec.get("strategy") or {}).get("rollingUpdate") or {}
+        if rolling and not rolling.get("maxSurge") and not rolling.get("maxUnavailable"):
+            out.append("maxSurge and maxUnavailable both 0")
+        out += seccomp_problems((pod.get("securityContext") or {}).get("seccompProfile"), "pod")
         out += duplicates(pod.get("volumes"), "name", "volumes")
         out += duplicates(pod.get("containers"), "name", "containers")
         for c in pod.get("containers") or []:
@@ -105,6 +123,8 @@ def object_problems(obj: Obj) -> list[str]:
                 for e in c.get("env") or []
                 if not ENV_NAME.match(e["name"])
             ]
+            context = c.get("securityContext") or {}
+            out += seccomp_problems(context.get("seccompProfile"), f"container {c['name']}")
             out += duplicates(c.get("ports"), "name", "container ports")
             out += duplicates(c.get("ports"), "containerPort", "container ports")
             out += [

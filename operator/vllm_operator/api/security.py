@@ -13,7 +13,7 @@ defaults pick a fixed non-root UID (`DEFAULT_UID`).
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from vllm_operator.api.base import ApiModel
 
@@ -21,16 +21,47 @@ DEFAULT_UID = 1000
 """UID/GID the vLLM container runs as unless the spec says otherwise (the image has no USER)."""
 
 
+_SECCOMP_RULE = (
+    "self.type == 'Localhost' ? (has(self.localhostProfile) && self.localhostProfile != '' && "
+    "!self.localhostProfile.startsWith('/') && "
+    "!self.localhostProfile.matches('(^|/)[.][.](/|$)')) : !has(self.localhostProfile)"
+)
+_SECCOMP_MESSAGE = (
+    "type Localhost needs localhostProfile, a relative path without '..'; "
+    "the other types take no localhostProfile"
+)
+
+
 class SeccompProfile(ApiModel):
-    """As core/v1 SeccompProfile."""
+    """As core/v1 SeccompProfile, with its API validation (issue #12, found by the reconcile fuzz:
+    `{type: Localhost}` alone was admitted and every Deployment apply was refused with a 422)."""
 
     type: Literal["RuntimeDefault", "Localhost", "Unconfined"] = Field(
         description="RuntimeDefault (the restricted default), Localhost (with localhostProfile) or "
         "Unconfined (not allowed by the restricted Pod Security level)."
     )
     localhost_profile: str | None = Field(
-        default=None, description="Profile file on the node, relative to the kubelet's seccomp dir."
+        default=None,
+        max_length=4096,
+        description="Profile file on the node, relative to the kubelet's seccomp dir, without "
+        "'..'. Required with type Localhost, refused with the other types.",
     )
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [{"rule": _SECCOMP_RULE, "message": _SECCOMP_MESSAGE}]
+        }
+    )
+
+    @model_validator(mode="after")
+    def _localhost_profile(self) -> "SeccompProfile":
+        local = self.localhost_profile
+        if self.type == "Localhost":
+            if not local or local.startswith("/") or ".." in local.split("/"):
+                raise ValueError(_SECCOMP_MESSAGE)
+        elif local is not None:
+            raise ValueError(_SECCOMP_MESSAGE)
+        return self
 
 
 class Capabilities(ApiModel):
