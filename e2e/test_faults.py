@@ -237,3 +237,44 @@ def test_pre_existing_service_is_never_taken_over_nor_collected(
     assert kube.get(f"/api/v1/namespaces/{namespace}/services/{name}")["spec"]["selector"] == {
         "app": "web"
     }
+
+
+def test_deleting_a_service_while_the_operator_is_stopped_never_hangs(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Defect 9: a Kopf timer made Kopf add a finalizer to every VLLMService, so one deleted while
+    the operator was absent stayed Terminating forever (and its namespace and the CRD with it).
+    Remediation now runs from one scheduler loop: no finalizer is ever added."""
+    obj = example("llama-3.1-8b-l4.yaml", namespace)
+    name = obj["metadata"]["name"]
+    kube.apply(obj)
+    live = wait_condition(kube, namespace, name, "Ready", "True")
+    assert not live["metadata"].get("finalizers"), live["metadata"].get("finalizers")
+    operator.stop()
+    kube.delete(svc_path(namespace, name))
+    kube.wait_gone(svc_path(namespace, name), timeout=30)
+    # The owned Deployment goes by owner reference (garbage collector), not by the operator.
+    wait_for(
+        lambda: not deployments(kube, namespace) or None,
+        timeout=60,
+        what="the owned Deployment to be collected",
+    )
+
+
+def test_finalizer_of_an_older_operator_is_removed(
+    kube: Kube, namespace: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    """Upgrading from an operator that used a timer: its finalizer is taken off on resume, so
+    objects created before the upgrade are deletable without the operator too."""
+    obj = example("llama-3.1-8b-l4.yaml", namespace)
+    obj["metadata"]["finalizers"] = ["serving.vllm-operator.dev/kopf-finalizer"]
+    name = obj["metadata"]["name"]
+    kube.apply(obj)
+    with OperatorProcess(cluster.kubeconfig, tmp_path / "op.log", [namespace]):
+        wait_for(
+            lambda: not kube.get(svc_path(namespace, name))["metadata"].get("finalizers") or None,
+            timeout=60,
+            what="Kopf to remove its old finalizer",
+        )
+    kube.delete(svc_path(namespace, name))
+    kube.wait_gone(svc_path(namespace, name), timeout=30)

@@ -5,8 +5,9 @@ from hypothesis import strategies as st
 
 from vllm_operator.catalog.architectures import Architecture
 from vllm_operator.catalog.gpus import lookup_gpu
+from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.memory import GIB, EngineArgs, GpuMemory, estimate_memory
-from vllm_operator.planning.plan import PlanIntent, PoolPlan, plan_pool
+from vllm_operator.planning.plan import PoolPlan, plan_pool
 
 VERSIONS = st.sampled_from(["0.6.6", "0.9.2", "0.11.0", "0.17.0", "0.19.0", "0.20.0", "0.33.0"])
 

@@ -27,7 +27,8 @@ from vllm_operator.cli.estimate import (
     resolve_model,
     usage_error,
 )
-from vllm_operator.planning.plan import Infeasible, PlanResult, PoolPlan, plan_service
+from vllm_operator.planning.alternatives import Infeasible
+from vllm_operator.planning.plan import PlanResult, PoolPlan, plan_service
 
 
 def service_architecture(service: VLLMService) -> Architecture:

@@ -48,7 +48,7 @@ def run_operator(
             metric = DCGM_FB_USED if gpu_memory_metric == "dcgm" else None
             signals = PrometheusSignals(prometheus_url, gpu_memory_metric=metric)
         log.info("Reading signals from Prometheus url=%s", prometheus_url)
-    registrations.install(
+    memo = registrations.operator_memo(
         Controller(
             gateway,
             HubArchitectureResolver(secrets),
@@ -65,4 +65,5 @@ def run_operator(
         clusterwide=not namespaces,
         namespaces=namespaces,
         liveness_endpoint=f"http://{health_address}/healthz",
+        memo=memo,
     )

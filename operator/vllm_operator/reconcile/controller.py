@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vllm_operator.api import VLLMService, VLLMServiceStatus
+from vllm_operator.api import RemediationMode, VLLMService, VLLMServiceStatus
 from vllm_operator.api.errors import problems_from
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
@@ -32,6 +32,7 @@ from vllm_operator.reconcile.pools import (
     plan_pools,
     prepare_service,
 )
+from vllm_operator.reconcile.scheduler import EvaluationScheduler, RetryLater
 from vllm_operator.reconcile.status import (
     budget_note,
     name_conflict_status,
@@ -109,6 +110,8 @@ class Controller:
         self._budget_events_guard = threading.Lock()
         self.pool_plans = m.PoolPlans()
         self._conflicts_warned: dict[tuple[str, str], set[str]] = {}
+        # Run-time remediation: one loop for every service (no Kopf timer, so no finalizer).
+        self.scheduler = EvaluationScheduler(self._evaluate_scheduled)
 
     # ----------------------------------------------------------------------------- triggers
 
@@ -121,6 +124,7 @@ class Controller:
         self._gpu_index.pop((namespace, name), None)
         self.pool_plans.forget((namespace, name))
         self._conflicts_warned.pop((namespace, name), None)
+        self.scheduler.forget((namespace, name))
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
 
@@ -206,6 +210,7 @@ class Controller:
             try:
                 body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
                 if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                    self.forget(namespace, name)
                     return Outcome()
                 if not self.evaluator.evaluate(body):
                     return Outcome()
@@ -215,6 +220,13 @@ class Controller:
                 m.RECONCILE_ERRORS.labels(type(exc).__name__).inc()
                 log.warning("Failed to evaluate service=%s/%s error=%s", namespace, name, exc)
                 raise RetryableError(str(exc)) from exc
+
+    def _evaluate_scheduled(self, namespace: str, name: str) -> None:
+        """The scheduler's callback: a retryable failure comes back after its own delay."""
+        try:
+            self.evaluate(namespace, name)
+        except RetryableError as exc:
+            raise RetryLater(str(exc), exc.delay) from exc
 
     def reconcile_body(self, body: Obj) -> Outcome:
         """One pass over a VLLMService object as read from the API."""
@@ -235,6 +247,11 @@ class Controller:
         self._gpu_index[(namespace, name)] = {
             canonical_label(g) for g in service.spec.placement.gpu_types
         }
+        remediation = service.spec.remediation
+        if remediation.mode == RemediationMode.OFF:
+            self.scheduler.forget((namespace, name))
+        else:
+            self.scheduler.track((namespace, name), remediation.evaluation_interval_seconds)
 
         try:
             prepared = prepare_service(service, self.resolver)

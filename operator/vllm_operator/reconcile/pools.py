@@ -17,7 +17,9 @@ from vllm_operator.api.status import Override
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError
 from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
-from vllm_operator.planning.plan import Infeasible, PlanIntent, plan_pool
+from vllm_operator.planning.alternatives import Infeasible
+from vllm_operator.planning.intent import PlanIntent
+from vllm_operator.planning.plan import plan_pool
 from vllm_operator.reconcile.inventory import GpuNodeGroup, gpu_facts, match_groups
 from vllm_operator.remediation.overrides import effective_args
 from vllm_operator.rendering.args import (
