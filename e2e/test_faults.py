@@ -278,3 +278,34 @@ def test_finalizer_of_an_older_operator_is_removed(
         )
     kube.delete(svc_path(namespace, name))
     kube.wait_gone(svc_path(namespace, name), timeout=30)
+
+
+def test_a_burst_of_edits_rolls_the_pool_once(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Defect 10: every intermediate spec of a burst was rolled out (13 pod restarts for one
+    burst; on GPUs each restart reloads a model). A new plan now waits for a settled spec."""
+    obj = example("llama-3.1-8b-l4.yaml", namespace)
+    name = obj["metadata"]["name"]
+    kube.apply(obj)
+    wait_condition(kube, namespace, name, "Ready", "True")
+    (dep,) = deployments(kube, namespace)
+    rs_path = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
+    assert len(kube.list(rs_path)) == 1
+    generation = 0
+    for concurrency in (5, 4, 3, 2, 1):  # a script or a GitOps sync of several commits
+        obj["spec"]["workload"]["concurrency"] = concurrency
+        generation = int(kube.apply(obj)["metadata"]["generation"])
+    wait_for(
+        lambda: _generation_observed(kube, namespace, name, generation),
+        timeout=60,
+        what="the last edit of the burst to be reconciled",
+    )
+    (after,) = deployments(kube, namespace)
+    assert after["metadata"]["uid"] == dep["metadata"]["uid"]
+    args = after["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--max-num-seqs") + 1] == "1"
+    # One new ReplicaSet: the pods were replaced once, with the last spec.
+    assert len(kube.list(rs_path)) == 2
+    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
+    assert len([e for e in events if e["reason"] == "PlanApplied"]) == 2
