@@ -64,6 +64,7 @@ BAD_FILES: dict[str, tuple[bytes | None, str]] = {
         f"nested deeper than {MAX_DEPTH} levels",
     ),
     "alias-bomb": (_bomb().encode(), f"expands to more than {MAX_NODES} YAML nodes (aliases)"),
+    "recursive-alias": (b"kind: Pod\nstatus: &s {a: [*s]}\n", "alias *s is inside its own anchor"),
     "top-level-list": (b"- a\n- b\n", "document 0 is a list, not a mapping"),
     "top-level-scalar": (b"just words\n", "document 0 is a string, not a mapping"),
 }

@@ -9,7 +9,8 @@ YAML (and JSON, which is YAML) is scanned as an event stream before anything is 
 the scan is iterative, so nesting deeper than MAX_DEPTH is refused before PyYAML's recursive
 composer or our own recursive checks could hit RecursionError, and the size the document would
 have once its aliases are expanded is counted, so an alias bomb ("billion laughs") is refused
-before code that walks the result (JSON encoding, validation) multiplies it.
+before code that walks the result (JSON encoding, validation) multiplies it; an alias inside its
+own anchor (a cyclic object) is refused too.
 """
 
 from __future__ import annotations
@@ -93,12 +94,14 @@ def check_yaml_shape(text: str, name: str) -> None:
     # Per open collection: [anchor, expanded node count, subtree height].
     stack: list[list[Any]] = []
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (expanded nodes, height)
+    open_anchors: set[str] = set()  # anchors of collections not yet closed
     total = 0
 
     def finish(anchor: str | None, nodes: int, height: int, event: Any) -> None:
         nonlocal total
         if anchor:
             sizes[anchor] = (nodes, height)
+            open_anchors.discard(anchor)
         if stack:
             parent = stack[-1]
             parent[1] += nodes
@@ -118,12 +121,18 @@ def check_yaml_shape(text: str, name: str) -> None:
                 if len(stack) >= MAX_DEPTH:
                     raise FileError(name, f"nested deeper than {MAX_DEPTH} levels{_where(event)}")
                 stack.append([event.anchor, 1, 0])
+                if event.anchor:
+                    open_anchors.add(event.anchor)
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 anchor, nodes, height = stack.pop()
                 finish(anchor, nodes, height, event)
             elif isinstance(event, yaml.ScalarEvent):
                 finish(event.anchor, 1, 0, event)
             elif isinstance(event, yaml.AliasEvent):
+                if event.anchor in open_anchors:  # PyYAML would build a cyclic object
+                    raise FileError(
+                        name, f"alias *{event.anchor} is inside its own anchor{_where(event)}"
+                    )
                 nodes, height = sizes.get(event.anchor or "", (1, 0))
                 finish(None, nodes, height, event)
     except yaml.MarkedYAMLError as exc:
