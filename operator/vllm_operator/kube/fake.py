@@ -349,8 +349,11 @@ class FakeGateway:
             live.pop("status", None)
         owners = self._owners.setdefault(uid, {})
         applied = _applied_paths(obj)
-        # A forced apply takes over every field whose value it changes; equal values are shared.
-        taken = {p for p in applied if _lookup(live, p) != _lookup(obj, p)}
+        # A forced apply takes over every field whose value it changes; equal values are shared,
+        # and so is a list entry (its fields are owned one by one).
+        taken = {
+            p for p in applied if p[-1].startswith("f:") and _lookup(live, p) != _lookup(obj, p)
+        }
         for other, paths in owners.items():
             if other != manager:
                 paths -= taken
