@@ -262,7 +262,6 @@ class GatewayContract:
             service("NS", "1st"),  # a DNS-1123 subdomain, not a DNS-1035 label
             service("NS", "has.dot"),
             service("NS", "s" * 64),
-            pdb("NS", "UPPER"),
         ],
         ids=[
             "deploy-underscore",
@@ -273,7 +272,6 @@ class GatewayContract:
             "svc-leading-digit",
             "svc-dot",
             "svc-64",
-            "pdb-upper",
         ],
     )
     def test_invalid_names_and_labels_are_refused_with_422(
@@ -286,6 +284,19 @@ class GatewayContract:
             gw.apply(obj)
         assert err.value.status == 422
         assert gw.get(Kind(obj["kind"]), ns, obj["metadata"]["name"]) is None
+
+    def test_pdb_names_are_not_held_to_dns_rules(self, harness: GatewayHarness) -> None:
+        """The API server checks a PodDisruptionBudget name only as a path segment: a fake that
+        refused it would fail a reconcile the real cluster lets through."""
+        ns, gw = harness.namespace, harness.gateway
+        live = gw.apply(pdb(ns, "Chat_PDB", labels={"app": "chat"}))
+        assert live["metadata"]["name"] == "Chat_PDB"
+        assert gw.get(Kind.PDB, ns, "Chat_PDB") is not None
+
+    def test_a_service_has_no_generation(self, harness: GatewayHarness) -> None:
+        ns, gw = harness.namespace, harness.gateway
+        assert generation(gw.apply(service(ns, "chat"))) is None
+        assert generation(gw.apply(service(ns, "chat", labels={"app": "chat", "x": "y"}))) is None
 
     # -- server-side apply: field ownership ------------------------------------------------------
 
