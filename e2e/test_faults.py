@@ -294,3 +294,75 @@ def test_refused_write_is_reported_once_and_a_b_a_is_retried_until_observed(
     log = operator.log_file.read_text()
     assert "Traceback" not in log, log[-4000:]
     assert log.count("reason=ApplyRejected") <= 6, "retries back off (5, 10, 20 s ...)"
+
+
+def test_deleting_a_service_while_the_operator_is_stopped_never_hangs(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Defect 9: a Kopf timer made Kopf add a finalizer to every VLLMService, so one deleted while
+    the operator was absent stayed Terminating forever (and its namespace and the CRD with it).
+    Remediation now runs from one scheduler loop: no finalizer is ever added."""
+    obj = example("llama-3.1-8b-l4.yaml", namespace)
+    name = obj["metadata"]["name"]
+    kube.apply(obj)
+    live = wait_condition(kube, namespace, name, "Ready", "True")
+    assert not live["metadata"].get("finalizers"), live["metadata"].get("finalizers")
+    operator.stop()
+    kube.delete(svc_path(namespace, name))
+    kube.wait_gone(svc_path(namespace, name), timeout=30)
+    # The owned Deployment goes by owner reference (garbage collector), not by the operator.
+    wait_for(
+        lambda: not deployments(kube, namespace) or None,
+        timeout=60,
+        what="the owned Deployment to be collected",
+    )
+
+
+def test_finalizer_of_an_older_operator_is_removed(
+    kube: Kube, namespace: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    """Upgrading from an operator that used a timer: its finalizer is taken off on resume, so
+    objects created before the upgrade are deletable without the operator too."""
+    obj = example("llama-3.1-8b-l4.yaml", namespace)
+    obj["metadata"]["finalizers"] = ["serving.vllm-operator.dev/kopf-finalizer"]
+    name = obj["metadata"]["name"]
+    kube.apply(obj)
+    with OperatorProcess(cluster.kubeconfig, tmp_path / "op.log", [namespace]):
+        wait_for(
+            lambda: not kube.get(svc_path(namespace, name))["metadata"].get("finalizers") or None,
+            timeout=60,
+            what="Kopf to remove its old finalizer",
+        )
+    kube.delete(svc_path(namespace, name))
+    kube.wait_gone(svc_path(namespace, name), timeout=30)
+
+
+def test_a_burst_of_edits_rolls_the_pool_once(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Defect 10: every intermediate spec of a burst was rolled out (13 pod restarts for one
+    burst; on GPUs each restart reloads a model). A new plan now waits for a settled spec."""
+    obj = example("llama-3.1-8b-l4.yaml", namespace)
+    name = obj["metadata"]["name"]
+    kube.apply(obj)
+    wait_condition(kube, namespace, name, "Ready", "True")
+    (dep,) = deployments(kube, namespace)
+    rs_path = f"/apis/apps/v1/namespaces/{namespace}/replicasets"
+    assert len(kube.list(rs_path)) == 1
+    generation = 0
+    for concurrency in (5, 4, 3, 2, 1):  # a script or a GitOps sync of several commits
+        obj["spec"]["workload"]["concurrency"] = concurrency
+        generation = int(kube.apply(obj)["metadata"]["generation"])
+    wait_for(
+        lambda: _generation_observed(kube, namespace, name, generation),
+        timeout=60,
+        what="the last edit of the burst to be reconciled",
+    )
+    (after,) = deployments(kube, namespace)
+    assert after["metadata"]["uid"] == dep["metadata"]["uid"]
+    args = after["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--max-num-seqs") + 1] == "1"
+    # One new ReplicaSet: the pods were replaced once, with the last spec.
+    assert len(kube.list(rs_path)) == 2
+    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
+    assert len([e for e in events if e["reason"] == "PlanApplied"]) == 2

@@ -8,14 +8,9 @@ import yaml
 from vllm_operator.api.service import VLLMService
 from vllm_operator.catalog.architectures import lookup_architecture
 from vllm_operator.catalog.gpus import lookup_gpu
-from vllm_operator.planning.plan import (
-    AlternativeKind,
-    Infeasible,
-    PlanIntent,
-    PoolPlan,
-    plan_pool,
-    plan_service,
-)
+from vllm_operator.planning.alternatives import AlternativeKind, Infeasible
+from vllm_operator.planning.intent import PlanIntent
+from vllm_operator.planning.plan import PoolPlan, plan_pool, plan_service
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA8 = lookup_architecture("meta-llama/Llama-3.1-8B-Instruct")

@@ -246,10 +246,10 @@ def _set_spec(gw: FakeGateway, spec: dict[str, Any], generation: int) -> None:
     svc["metadata"]["generation"] = generation
 
 
-def test_a_b_a_failed_reconcile_is_retried_by_the_timer_until_observed() -> None:
+def test_a_b_a_failed_reconcile_is_retried_until_observed() -> None:
     """Issue #20 part 6. Kopf diffs against its last-handled configuration (A); after a failed B
     and a return to A it sees no diff (cause NOOP in kopf/_core/intents/causes.py) and calls no
-    handler, so the retry of B's failure is lost. The controller's timer catches up instead."""
+    handler, so Kopf's retry of B's failure is lost. The controller schedules its own retry."""
     gw, ctl, clock = _setup(refuse=False)
     ctl.reconcile("default", NAME)
     spec_a = copy.deepcopy(gw.objects[(Kind.VLLM_SERVICE, "default", NAME)]["spec"])
@@ -264,41 +264,38 @@ def test_a_b_a_failed_reconcile_is_retried_by_the_timer_until_observed() -> None
     gw.refused.clear()
     assert status_of(gw, NAME)["observedGeneration"] == 1
 
-    # The timer retries a pending failure only once its backoff has passed.
+    # The retry waits for its backoff, then reconciles whatever the spec is now.
+    assert ctl.scheduler.pending() == {("default", NAME): clock.now + 5}
     writes = gw.total_writes()
-    assert ctl.evaluate("default", NAME).applied == []
+    ctl.scheduler.run_once()
+    assert gw.total_writes() == writes
     clock.now += 5
-    ctl.evaluate("default", NAME)
-    assert gw.total_writes() > writes
+    ctl.scheduler.run_once()
     status = status_of(gw, NAME)
     assert status["observedGeneration"] == 3
     assert condition(status, "Degraded")["reason"] == "AsExpected"
+    assert ctl.scheduler.pending() == {}  # success ends the chain
 
 
-def test_the_timer_retries_a_stale_generation_and_then_stops() -> None:
+def test_the_retry_keeps_backing_off_until_it_succeeds() -> None:
     gw, ctl, clock = _setup()
-    with pytest.raises(RetryableError):
-        ctl.evaluate("default", NAME)  # never reconciled: the timer reconciles
-    writes = gw.total_writes()
-    for _ in range(3):
-        clock.now += 1
-        assert ctl.evaluate("default", NAME).applied == []  # held back, no exception
-    assert gw.total_writes() == writes
+    _fail(ctl)
+    for delay in (5, 10, 20):
+        assert ctl.scheduler.pending() == {("default", NAME): clock.now + delay}
+        clock.now += delay
+        ctl.scheduler.run_once()
     gw.refused.clear()
-    clock.now += 2
-    ctl.evaluate("default", NAME)
+    clock.now += 40
+    ctl.scheduler.run_once()
     assert status_of(gw, NAME)["observedGeneration"] == 1
-    # Caught up: the timer is back to plain evaluations, which never re-apply the pools.
-    for _ in range(2):
-        clock.now += 5
-        assert ctl.evaluate("default", NAME).applied == []
-    assert status_of(gw, NAME)["observedGeneration"] == 1
+    assert ctl.scheduler.pending() == {}
+    assert _warnings(gw) == ["ApplyRejected"]
 
 
 def test_a_failing_evaluation_backs_off_apart_from_the_reconcile(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Pod logs forbidden (a restricted RBAC) must not warn every timer tick, and a successful
+    """Pod logs forbidden (a restricted RBAC) must not warn every evaluation, and a successful
     reconcile (the spec changed) must not reset the evaluation's backoff."""
     calls: list[str] = []
 
@@ -311,16 +308,19 @@ def test_a_failing_evaluation_backs_off_apart_from_the_reconcile(
     gw, ctl, clock = _setup(refuse=False)
     ctl.reconcile("default", NAME)
     monkeypatch.setattr(type(ctl.evaluator), "evaluate", forbidden)
-    with pytest.raises(RetryableError) as info:
-        ctl.evaluate("default", NAME)
-    assert info.value.delay == 5
+    (interval,) = ctl.scheduler.tracked().values()
+    clock.now += interval
+    ctl.scheduler.run_once()
+    assert len(calls) == 1
     assert condition(status_of(gw, NAME), "Degraded")["reason"] == "ApplyRejected"
     clock.now += 1
     ctl.reconcile("default", NAME)  # some trigger; the reconcile itself succeeds
-    assert ctl.evaluate("default", NAME).applied == []  # still backing off: not called
-    assert len(calls) == 1
+    ctl.scheduler.run_once()
+    assert len(calls) == 1  # backing off 5 s
     clock.now += 4
-    with pytest.raises(RetryableError) as info:
-        ctl.evaluate("default", NAME)
-    assert info.value.delay == 10 and len(calls) == 2
+    ctl.scheduler.run_once()
+    assert len(calls) == 2
+    clock.now += 5
+    ctl.scheduler.run_once()
+    assert len(calls) == 2  # now 10 s
     assert _warnings(gw) == ["ApplyRejected"]

@@ -29,6 +29,7 @@ def run_operator(
     prometheus_url: str | None = None,
     gpu_memory_metric: str = "dcgm",
     read_token_secrets: bool = True,
+    settle_seconds: float = 0.0,
 ) -> None:
     """Block running the operator until it is stopped."""
     api_client = load_config(kubeconfig)
@@ -48,12 +49,13 @@ def run_operator(
             metric = DCGM_FB_USED if gpu_memory_metric == "dcgm" else None
             signals = PrometheusSignals(prometheus_url, gpu_memory_metric=metric)
         log.info("Reading signals from Prometheus url=%s", prometheus_url)
-    registrations.install(
+    memo = registrations.operator_memo(
         Controller(
             gateway,
             HubArchitectureResolver(secrets),
             node_cache_seconds=2.0,
             metrics=signals,
+            settle_seconds=settle_seconds,
         ),
         connection=connection_info(api_client),
         in_cluster=in_cluster(),
@@ -65,4 +67,5 @@ def run_operator(
         clusterwide=not namespaces,
         namespaces=namespaces,
         liveness_endpoint=f"http://{health_address}/healthz",
+        memo=memo,
     )

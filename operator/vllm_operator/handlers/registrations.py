@@ -8,6 +8,7 @@ reconcile with nothing to change writes nothing.
 """
 
 import logging
+import threading
 from typing import Any
 
 import kopf
@@ -16,11 +17,9 @@ from vllm_operator.api.service import GROUP, PLURAL, VERSION
 from vllm_operator.reconcile.controller import Controller, RetryableError
 from vllm_operator.rendering.names import LABEL_MANAGED_BY, MANAGED_BY
 
-_state: dict[str, Any] = {}
-
-# How often each service's remediation is considered; the spec's evaluation interval (>= this)
-# decides when it really runs.
-TIMER_SECONDS = 5.0
+# How often the remediation scheduler looks for due services (each service's own
+# spec.remediation.evaluationIntervalSeconds decides when it really runs).
+SCHEDULER_TICK_SECONDS = 1.0
 
 # Kopf retries a failed API request (a watch included) with these pauses. Its default
 # (1, 1, 2, 3, 5, 8, 13, 21) sleeps up to 21 s between attempts, so after an API-server outage a
@@ -30,26 +29,32 @@ API_ERROR_BACKOFFS = (0.5, 1.0, 1.0) + (2.0,) * 900
 WATCH_CONNECT_TIMEOUT = 5.0
 
 
-def install(
+def operator_memo(
     controller: Controller, connection: dict[str, Any] | None = None, in_cluster: bool = False
-) -> None:
-    """Give the handlers their controller and how to log in (before Kopf starts)."""
-    _state["controller"] = controller
-    _state["connection"] = connection
-    _state["in_cluster"] = in_cluster
+) -> kopf.Memo:
+    """What every handler receives as `memo` (passed to `kopf.run(memo=...)`).
+
+    Kopf hands each handler a shallow copy, so the controller is shared; no module-level state.
+    """
+    return kopf.Memo(
+        controller=controller,
+        connection=connection,
+        in_cluster=in_cluster,
+        scheduler_stop=threading.Event(),
+    )
 
 
-def _controller() -> Controller:
-    controller: Controller = _state["controller"]
+def _controller(memo: kopf.Memo) -> Controller:
+    controller: Controller = memo["controller"]
     return controller
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+def login(memo: kopf.Memo, **kwargs: Any) -> kopf.ConnectionInfo | None:
     """In a pod, re-read the rotating service-account token; outside, use the loaded kubeconfig."""
-    if _state.get("in_cluster"):
+    if memo.get("in_cluster"):
         return kopf.login_with_service_account(**kwargs)
-    connection = _state.get("connection")
+    connection = memo.get("connection")
     if not connection:
         return kopf.login_with_kubeconfig(**kwargs)
     return kopf.ConnectionInfo(**connection)
@@ -73,9 +78,25 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.error_backoffs = API_ERROR_BACKOFFS
 
 
-def _reconcile(namespace: str, name: str) -> None:
+@kopf.on.startup()
+def start_scheduler(memo: kopf.Memo, **_: Any) -> None:
+    """Start the one remediation loop (a thread: evaluations call the blocking gateways)."""
+    scheduler = _controller(memo).scheduler
+    scheduler.tick = SCHEDULER_TICK_SECONDS
+    thread = threading.Thread(
+        target=scheduler.run, args=(memo["scheduler_stop"],), name="remediation", daemon=True
+    )
+    thread.start()
+
+
+@kopf.on.cleanup()
+def stop_scheduler(memo: kopf.Memo, **_: Any) -> None:
+    memo["scheduler_stop"].set()
+
+
+def _reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:
     try:
-        _controller().reconcile(namespace, name)
+        _controller(memo).reconcile(namespace, name)
     except RetryableError as exc:
         raise kopf.TemporaryError(str(exc), delay=exc.delay) from exc
 
@@ -83,41 +104,36 @@ def _reconcile(namespace: str, name: str) -> None:
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-def on_service(namespace: str | None, name: str | None, **_: Any) -> None:
+def on_service(memo: kopf.Memo, namespace: str | None, name: str | None, **_: Any) -> None:
     """Create, update and resume all lead to the same level-based reconcile."""
-    _reconcile(namespace or "default", name or "")
+    _reconcile(memo, namespace or "default", name or "")
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=TIMER_SECONDS, initial_delay=TIMER_SECONDS)
-def on_timer(namespace: str | None, name: str | None, **_: Any) -> None:
-    """Run-time remediation; the controller honours spec.remediation.evaluationIntervalSeconds."""
-    try:
-        _controller().evaluate(namespace or "default", name or "")
-    except RetryableError as exc:
-        raise kopf.TemporaryError(str(exc), delay=exc.delay) from exc
-
-
-@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
-def on_service_deleted(namespace: str | None, name: str | None, **_: Any) -> None:
-    """Children go through owner references; the controller only forgets the service."""
-    _controller().forget(namespace or "default", name or "")
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def on_service_event(
+    memo: kopf.Memo, type: str | None, namespace: str | None, name: str | None, **_: Any
+) -> None:
+    """A deleted service is forgotten. Watching, not a deletion handler: no finalizer is needed,
+    so deleting a VLLMService never waits for the operator (children go by owner references)."""
+    if type == "DELETED":
+        _controller(memo).forget(namespace or "default", name or "")
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
-def on_owned_deployment(body: kopf.Body, **_: Any) -> None:
+def on_owned_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
     """A change to an owned Deployment (readiness, drift) re-reconciles its VLLMService."""
-    for owner in _controller().owners_of(dict(body)):
+    for owner in _controller(memo).owners_of(dict(body)):
         try:
-            _reconcile(*owner)
+            _reconcile(memo, *owner)
         except kopf.TemporaryError:
             logging.getLogger(__name__).info("Deferred reconcile of service=%s/%s", *owner)
 
 
 @kopf.on.event("", "v1", "nodes")
-def on_node(body: kopf.Body, type: str | None, **_: Any) -> None:
+def on_node(memo: kopf.Memo, body: kopf.Body, type: str | None, **_: Any) -> None:
     """GPU nodes appearing, changing labels or capacity re-plan the services they can serve."""
-    for key in _controller().services_affected_by_node(dict(body), deleted=type == "DELETED"):
+    for key in _controller(memo).services_affected_by_node(dict(body), deleted=type == "DELETED"):
         try:
-            _reconcile(*key)
+            _reconcile(memo, *key)
         except kopf.TemporaryError:
             logging.getLogger(__name__).info("Deferred reconcile of service=%s/%s", *key)

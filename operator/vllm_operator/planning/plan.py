@@ -8,18 +8,22 @@ Infeasible with the reasons and concrete alternatives; it never cuts the request
 """
 
 import math
-from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from vllm_operator.api.engine_args import PlannedArgs
 from vllm_operator.api.spec import LatencyProfile, PrefixCaching, VLLMServiceSpec
 from vllm_operator.api.status import MemoryBreakdown as StatusMemory
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
-from vllm_operator.catalog.architectures import Architecture, Quantization, QuantMethod
+from vllm_operator.catalog.architectures import Architecture
 from vllm_operator.catalog.gpus import GpuFacts
+from vllm_operator.planning.alternatives import (
+    Infeasible,
+    infeasible,
+)
 from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.gpu import gpu_memory
+from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.memory import (
     EngineArgs,
     GpuMemory,
@@ -35,41 +39,6 @@ PROBE_MARGIN_GIB = 0.25  # kept free below a measured free-memory budget
 INTERACTIVE_BATCHED_TOKENS = 2048
 THROUGHPUT_BATCHED_TOKENS = 8192
 MIN_BATCHED_TOKENS = 512
-MAX_TP_ONE_NODE = 8  # tensor parallelism beyond one 8-GPU node is not suggested
-
-
-class PlanIntent(BaseModel):
-    """What the planner needs from a VLLMService spec (testable without a whole spec)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    p99_context_tokens: int = Field(ge=1)
-    max_context_tokens: int | None = Field(default=None, ge=1)
-    concurrency: int = Field(ge=1)
-    prefix_caching: PrefixCaching = PrefixCaching.AUTO
-    latency_profile: LatencyProfile = LatencyProfile.INTERACTIVE
-    max_gpu_memory_utilization: float = Field(default=0.90, gt=0, le=0.98)
-    memory_headroom_fraction: float = Field(default=0.0, ge=0, le=0.5)
-    max_gpus_per_replica: int = Field(default=8, ge=1)
-    dtype: str = "auto"
-    quantization: str | None = None
-    vllm_version: str = DEFAULT_VLLM_VERSION
-
-    @classmethod
-    def from_spec(cls, spec: VLLMServiceSpec) -> "PlanIntent":
-        return cls(
-            p99_context_tokens=spec.workload.p99_context_tokens,
-            max_context_tokens=spec.workload.max_context_tokens,
-            concurrency=spec.workload.concurrency,
-            prefix_caching=spec.workload.prefix_caching,
-            latency_profile=spec.workload.latency_profile,
-            max_gpu_memory_utilization=spec.safety.max_gpu_memory_utilization,
-            memory_headroom_fraction=spec.safety.memory_headroom_fraction,
-            max_gpus_per_replica=spec.placement.max_gpus_per_replica,
-            dtype=spec.model.dtype.value,
-            quantization=spec.model.quantization,
-            vllm_version=spec.vllm.version or DEFAULT_VLLM_VERSION,
-        )
 
 
 class MemoryBreakdown(BaseModel):
@@ -126,42 +95,6 @@ class PoolPlan(BaseModel):
             ),
             reasons=list(self.reasons),
         )
-
-
-class AlternativeKind(StrEnum):
-    LARGER_TP = "LargerTensorParallel"
-    FP8_KV_CACHE = "Fp8KvCache"
-    QUANTIZED_CHECKPOINT = "QuantizedCheckpoint"
-    OTHER_GPU_TYPE = "OtherGpuType"
-    LOWER_CONCURRENCY = "LowerConcurrency"
-
-
-class Alternative(BaseModel):
-    """A concrete change that makes the intent fit, with what it then supports."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: AlternativeKind
-    description: str
-    changes: dict[str, int | float | str] = Field(default_factory=dict)
-
-
-class Infeasible(BaseModel):
-    """The intent does not fit on this GPU type: why, and what would."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    gpu_type: str
-    vllm_version: str
-    reasons: list[str]
-    alternatives: list[Alternative] = Field(default_factory=list)
-    usage_error: bool = Field(
-        default=False, description="The input itself is invalid (CLI exit 2), not just too big."
-    )
-
-    @property
-    def feasible(self) -> bool:
-        return False
 
 
 PlanResult = PoolPlan | Infeasible
@@ -346,17 +279,6 @@ def _search(
     return None, notes, last
 
 
-def _quantized_variant(arch: Architecture) -> Architecture:
-    return arch.model_copy(
-        update={
-            "quantization": Quantization(
-                method=QuantMethod.AWQ, bits=4, group_size=128, zero_point=True
-            ),
-            "torch_dtype": "float16",
-        }
-    )
-
-
 def plan_pool(
     intent: PlanIntent,
     gpu_facts: GpuFacts,
@@ -420,14 +342,28 @@ def plan_pool(
         tp_limit=intent.max_gpus_per_replica,
     )
     if est is None:
-        return _infeasible(
+
+        def search(
+            arch: Architecture, intent: PlanIntent, dtype: str, kv_dtype: str, tp_limit: int
+        ) -> MemoryEstimate | None:
+            return _search(
+                arch,
+                gpu,
+                intent,
+                util=util,
+                max_len=max_len,
+                dtype=dtype,
+                kv_dtype=kv_dtype,
+                tp_limit=tp_limit,
+            )[0]
+
+        return infeasible(
             intent,
             gpu_facts,
-            gpu,
             arch,
-            util=util,
-            max_len=max_len,
             dtype=dtype,
+            search=search,
+            plan_other=lambda other: _fit_elsewhere(intent, other, arch),
             notes=notes + tp_notes,
             last=last,
             other_gpus=other_gpus,
@@ -511,131 +447,14 @@ def _batched_default(intent: PlanIntent) -> int:
     return max(INTERACTIVE_BATCHED_TOKENS, intent.concurrency)
 
 
-def _infeasible(
-    intent: PlanIntent,
-    facts: GpuFacts,
-    gpu: GpuMemory,
-    arch: Architecture,
-    *,
-    util: float,
-    max_len: int,
-    dtype: str,
-    notes: list[str],
-    last: MemoryEstimate | None,
-    other_gpus: tuple[GpuFacts, ...],
-) -> Infeasible:
-    reasons = [
-        f"{intent.concurrency} sequences of {intent.p99_context_tokens} tokens do not fit on "
-        f"{facts.label} with up to {intent.max_gpus_per_replica} GPUs per replica",
-        *notes,
-    ]
-    if last is not None:
-        reasons += [r for r in last.reasons if r not in reasons]
-    alternatives: list[Alternative] = []
-    bigger, _, _ = _search(
-        arch,
-        gpu,
-        intent,
-        util=util,
-        max_len=max_len,
-        dtype=dtype,
-        kv_dtype="auto",
-        tp_limit=MAX_TP_ONE_NODE,
-    )
-    if bigger is not None and bigger.args.tensor_parallel_size > intent.max_gpus_per_replica:
-        tp = bigger.args.tensor_parallel_size
-        alternatives.append(
-            Alternative(
-                kind=AlternativeKind.LARGER_TP,
-                description=f"raise spec.placement.maxGPUsPerReplica to {tp}: TP={tp} fits "
-                f"{bigger.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
-                changes={"maxGPUsPerReplica": tp},
-            )
-        )
-    if facts.supports_fp8_kv_cache:
-        fp8, _, _ = _search(
-            arch,
-            gpu,
-            intent,
-            util=util,
-            max_len=max_len,
-            dtype=dtype,
-            kv_dtype="fp8",
-            tp_limit=intent.max_gpus_per_replica,
-        )
-        if fp8 is not None:
-            alternatives.append(
-                Alternative(
-                    kind=AlternativeKind.FP8_KV_CACHE,
-                    description=f"an fp8 KV cache (--kv-cache-dtype fp8, halves KV bytes; "
-                    f"compute capability {facts.cc_text}): TP={fp8.args.tensor_parallel_size} fits "
-                    f"{fp8.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
-                    changes={
-                        "kv_cache_dtype": "fp8",
-                        "tensor_parallel_size": fp8.args.tensor_parallel_size,
-                    },
-                )
-            )
-    if arch.quantization is None and intent.quantization is None:
-        quant_arch = _quantized_variant(arch)
-        q_intent = intent.model_copy(update={"dtype": "auto"})
-        q_dtype = "float16"
-        q, _, _ = _search(
-            quant_arch,
-            gpu,
-            q_intent,
-            util=util,
-            max_len=max_len,
-            dtype=q_dtype,
-            kv_dtype="auto",
-            tp_limit=max(intent.max_gpus_per_replica, MAX_TP_ONE_NODE),
-        )
-        if q is not None:
-            q_tp = q.args.tensor_parallel_size
-            raise_tp = (
-                f" and spec.placement.maxGPUsPerReplica {q_tp}"
-                if q_tp > intent.max_gpus_per_replica
-                else ""
-            )
-            alternatives.append(
-                Alternative(
-                    kind=AlternativeKind.QUANTIZED_CHECKPOINT,
-                    description=f"a 4-bit AWQ/GPTQ checkpoint of {arch.name} (spec.model.name of "
-                    f"the quantised repo){raise_tp}: TP={q_tp} fits "
-                    f"{q.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
-                    changes={"quantization": "awq", "tensor_parallel_size": q_tp},
-                )
-            )
-    for other in other_gpus:
-        if other.label == facts.label:
-            continue
-        result = plan_pool(intent, other, arch)
-        if isinstance(result, PoolPlan):
-            alternatives.append(
-                Alternative(
-                    kind=AlternativeKind.OTHER_GPU_TYPE,
-                    description=f"{other.label}: TP={result.engine_args.tensor_parallel_size} fits "
-                    f"{result.memory.concurrency_at_p99:.1f} sequences",
-                    changes={"gpuType": other.label},
-                )
-            )
-    if last is not None and last.fits and last.kv_cache_tokens >= intent.p99_context_tokens:
-        most = last.kv_cache_tokens // intent.p99_context_tokens
-        alternatives.append(
-            Alternative(
-                kind=AlternativeKind.LOWER_CONCURRENCY,
-                description=f"lower spec.workload.concurrency to {most}: TP="
-                f"{last.args.tensor_parallel_size} holds {most} sequences of "
-                f"{intent.p99_context_tokens} tokens (the context is never cut)",
-                changes={"concurrency": most},
-            )
-        )
-    return Infeasible(
-        gpu_type=facts.label,
-        vllm_version=intent.vllm_version,
-        reasons=reasons,
-        alternatives=alternatives,
-    )
+def _fit_elsewhere(
+    intent: PlanIntent, gpu: GpuFacts, arch: Architecture
+) -> tuple[int, float] | None:
+    """TP and concurrency at P99 of the plan on another GPU type, when the intent fits there."""
+    result = plan_pool(intent, gpu, arch)
+    if isinstance(result, PoolPlan):
+        return result.engine_args.tensor_parallel_size, result.memory.concurrency_at_p99
+    return None
 
 
 def plan_service(

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vllm_operator.api import VLLMService, VLLMServiceStatus
+from vllm_operator.api import RemediationMode, VLLMService, VLLMServiceStatus
 from vllm_operator.api.errors import problems_from
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
@@ -30,7 +30,7 @@ from vllm_operator.kube.gateway import (
 )
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
-from vllm_operator.reconcile.diff import needs_apply
+from vllm_operator.reconcile.diff import needs_apply, rolls_pods
 from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
 from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
 from vllm_operator.reconcile.pools import (
@@ -39,6 +39,7 @@ from vllm_operator.reconcile.pools import (
     plan_pools,
     prepare_service,
 )
+from vllm_operator.reconcile.scheduler import EvaluationScheduler, RetryLater
 from vllm_operator.reconcile.status import (
     budget_note,
     failed_status,
@@ -152,6 +153,7 @@ class Controller:
         clock: Callable[[], datetime] = _utcnow,
         node_cache_seconds: float = 0.0,
         metrics: MetricsSource | None = None,
+        settle_seconds: float = 0.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         # Every write goes through the counting wrapper (vllm_operator_api_writes_total).
@@ -175,11 +177,17 @@ class Controller:
         self._budget_events_guard = threading.Lock()
         self.pool_plans = m.PoolPlans()
         self._conflicts_warned: dict[tuple[str, str], set[str]] = {}
-        # Fail-safe reconcile (#12): per-service backoff, one Warning per distinct failure, one
-        # traceback per distinct internal error (process-wide, bounded).
+        # Run-time remediation: one loop for every service (no Kopf timer, so no finalizer).
+        self.scheduler = EvaluationScheduler(self._evaluate_scheduled, clock=monotonic)
+        # Bursts of edits roll pods once: a pod-template change waits until the spec has kept
+        # its generation for settle_seconds (when each generation was first seen, per service).
+        self.settle_seconds = settle_seconds
         self._monotonic = monotonic
-        # Keyed by (namespace, name, action): a failing evaluation (say, pod logs forbidden)
-        # backs off apart from the reconcile, so neither's success resets the other's backoff.
+        self._generation_seen: dict[tuple[str, str], tuple[int, float]] = {}
+        # Fail-safe reconcile (#12): per-service backoff, one Warning per distinct failure, one
+        # traceback per distinct internal error (process-wide, bounded). Keyed by (namespace,
+        # name, action): a failing evaluation (say, pod logs forbidden) backs off apart from the
+        # reconcile, so neither's success resets the other's backoff.
         self._failures: dict[_FailureKey, _Failure] = {}
         self._failures_warned: dict[_FailureKey, str] = {}
         self._tracebacks_logged: set[str] = set()
@@ -195,6 +203,8 @@ class Controller:
         self._gpu_index.pop((namespace, name), None)
         self.pool_plans.forget((namespace, name))
         self._conflicts_warned.pop((namespace, name), None)
+        self.scheduler.forget((namespace, name))
+        self._generation_seen.pop((namespace, name), None)
         for action in _ACTIONS:
             self._failures.pop((namespace, name, action), None)
             self._failures_warned.pop((namespace, name, action), None)
@@ -255,8 +265,9 @@ class Controller:
 
         Fail-safe (#12): whatever fails while gathering, planning, rendering or applying ends as
         a condition on this service only (see `_failed`) and a RetryableError with this service's
-        backoff delay; a failing service is attempted at most once per backoff period for the same
-        generation, whatever triggers arrive (its Deployment's events, nodes, Kopf's retries).
+        backoff delay; the scheduler retries it then until it succeeds, independent of Kopf's
+        diff-base (#20). A failing service is attempted at most once per backoff period for the
+        same generation, whatever triggers arrive (its Deployment's events, nodes, Kopf's retries).
         """
         with self._lock((namespace, name)):
             return self._reconcile_locked(namespace, name)
@@ -290,12 +301,10 @@ class Controller:
             m.RECONCILE_SECONDS.observe(time.perf_counter() - started)
 
     def evaluate(self, namespace: str, name: str) -> Outcome:
-        """Run-time remediation for one service (the timer); re-renders pools when overrides change.
+        """Run-time remediation for one service; re-renders its pools when overrides change.
 
-        The timer is also the service's catch-up (#20): when status.observedGeneration is behind
-        metadata.generation (a failed reconcile, including after A -> B -> A edits, where Kopf
-        sees no diff against its last-handled configuration and calls no handler), the reconcile
-        is retried here once its backoff has passed, until the generation is observed.
+        A failure is reported like a reconcile's (`_failed`) with its own backoff: the scheduler
+        tries this service again after the RetryableError's delay.
         """
         key = (namespace, name)
         with self._lock(key):
@@ -303,12 +312,7 @@ class Controller:
             try:
                 body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
                 if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
-                    return Outcome()
-                if self._behind(key, body):
-                    if self._due((*key, "reconcile"), body):
-                        return self._reconcile_locked(namespace, name)
-                    return Outcome()
-                if not self._due((*key, "evaluate"), body):
+                    self.forget(namespace, name)
                     return Outcome()
                 changed = self.evaluator.evaluate(body)
                 body = self.gw.get(Kind.VLLM_SERVICE, namespace, name) if changed else None
@@ -321,14 +325,6 @@ class Controller:
                 raise self._failed((*key, "evaluate"), body, exc) from exc
 
     # ---------------------------------------------------------------------- failure handling
-
-    def _behind(self, key: tuple[str, str], body: Obj) -> bool:
-        """A reconcile failure is pending, or status.observedGeneration lags metadata.generation."""
-        if (*key, "reconcile") in self._failures:
-            return True
-        generation = (body.get("metadata") or {}).get("generation")
-        observed = (body.get("status") or {}).get("observedGeneration")
-        return isinstance(generation, int) and observed != generation
 
     def _due(self, key: _FailureKey, body: Obj) -> bool:
         """No backoff holds this service back (none, it has passed, or the spec changed since)."""
@@ -391,6 +387,14 @@ class Controller:
                 )
         if reason is not None and body is not None:
             self._report_failure(key, body, reason, message)
+        if action == "reconcile":
+            # The retry is the controller's own, not only Kopf's: Kopf re-runs a handler only
+            # while the spec differs from its last-handled configuration, so after A -> B
+            # (failing) -> A it would call nothing and status would stay at B's generation
+            # (#20). A successful retry ends the chain; a deferred one re-schedules itself.
+            self.scheduler.call_later(
+                (namespace, name), delay, lambda: self._reconcile_quietly(namespace, name)
+            )
         return RetryableError(message, delay=delay)
 
     def _report_failure(self, key: _FailureKey, body: Obj, reason: Reason, message: str) -> None:
@@ -415,6 +419,13 @@ class Controller:
                 _one_line(str(exc)),
             )
 
+    def _evaluate_scheduled(self, namespace: str, name: str) -> None:
+        """The scheduler's callback: a retryable failure comes back after its own delay."""
+        try:
+            self.evaluate(namespace, name)
+        except RetryableError as exc:
+            raise RetryLater(str(exc), exc.delay) from exc
+
     def reconcile_body(self, body: Obj) -> Outcome:
         """One pass over a VLLMService object as read from the API."""
         meta = body.get("metadata") or {}
@@ -423,6 +434,7 @@ class Controller:
         old_status = parse_status(body.get("status"))
         outcome = Outcome()
         now = self.clock()
+        self._note_generation(namespace, name, generation)
 
         try:
             service = VLLMService.model_validate(body)
@@ -434,6 +446,11 @@ class Controller:
         self._gpu_index[(namespace, name)] = {
             canonical_label(g) for g in service.spec.placement.gpu_types
         }
+        remediation = service.spec.remediation
+        if remediation.mode == RemediationMode.OFF:
+            self.scheduler.forget((namespace, name))
+        else:
+            self.scheduler.track((namespace, name), remediation.evaluation_interval_seconds)
 
         try:
             prepared = prepare_service(service, self.resolver)
@@ -450,6 +467,7 @@ class Controller:
 
         desired_names = set()
         conflicts: list[str] = []
+        settling = 0.0
         for pool in pools:
             if pool.deployment is None:
                 continue
@@ -460,6 +478,11 @@ class Controller:
                 pool.deployment_name = None
                 continue
             if needs_apply(pool.deployment, live):
+                wait = self._settle_wait(namespace, name, generation, pool.deployment, live)
+                if wait > 0:
+                    settling = max(settling, wait)
+                    pool.live = live
+                    continue
                 live = self.gw.apply(pool.deployment)
                 outcome.applied.append(f"Deployment/{pool.deployment['metadata']['name']}")
                 self._event(service, "Normal", Reason.PLAN_APPLIED, pool.applied_message, outcome)
@@ -487,6 +510,19 @@ class Controller:
                     (d for d in existing if d["metadata"]["name"] == pool.deployment_name), None
                 )
 
+        if settling > 0:
+            # Status stays at the previous generation until the new plan is really rolled.
+            log.info(
+                "Deferred rollout until the spec settles service=%s/%s generation=%s wait=%.1fs",
+                namespace,
+                name,
+                generation,
+                settling,
+            )
+            self.scheduler.call_later(
+                (namespace, name), settling, lambda: self._reconcile_quietly(namespace, name)
+            )
+            return outcome
         status = service_status(service, old_status, pools, now, generation, note)
         status = name_conflict_status(status, conflicts, now, generation)
         self._warn_conflicts(service, conflicts, outcome)
@@ -495,6 +531,48 @@ class Controller:
         return outcome
 
     # ------------------------------------------------------------------------------- helpers
+
+    def _settle_wait(
+        self, namespace: str, name: str, generation: Any, desired: Obj, live: Obj | None
+    ) -> float:
+        """Seconds to hold back `desired` so that a burst of spec edits rolls the pods once.
+
+        Only pod-template changes of an existing Deployment wait (creating a pool or changing
+        its replica count restarts nothing). A generation is timed from when this process first
+        saw it; one already current when the operator started counts as settled.
+        """
+        if self.settle_seconds <= 0 or not isinstance(generation, int):
+            return 0.0
+        if not rolls_pods(desired, live):
+            return 0.0
+        seen = self._generation_seen.get((namespace, name))
+        if seen is None or seen[0] != generation:
+            return 0.0
+        return max(0.0, seen[1] + self.settle_seconds - self._monotonic())
+
+    def _note_generation(self, namespace: str, name: str, generation: Any) -> None:
+        """Remember when this process first saw each generation (for `_settle_wait`).
+
+        The first generation seen of a service (after creation or an operator restart) counts as
+        settled: only edits this process watched happen in a burst.
+        """
+        if not isinstance(generation, int):
+            return
+        key = (namespace, name)
+        seen = self._generation_seen.get(key)
+        if seen is None:
+            self._generation_seen[key] = (generation, self._monotonic() - self.settle_seconds)
+        elif seen[0] != generation:
+            self._generation_seen[key] = (generation, self._monotonic())
+
+    def _reconcile_quietly(self, namespace: str, name: str) -> None:
+        """A deferred reconcile from the scheduler: its failures retry like any other."""
+        try:
+            self.reconcile(namespace, name)
+        except RetryableError as exc:
+            self.scheduler.call_later(
+                (namespace, name), exc.delay, lambda: self._reconcile_quietly(namespace, name)
+            )
 
     def _nodes(self) -> list[Obj]:
         if self._node_cache_seconds <= 0:

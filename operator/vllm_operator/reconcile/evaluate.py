@@ -1,6 +1,6 @@
 """The run-time half of the controller: observe a running service, let the policy decide, act.
 
-Called by a timer per VLLMService. It gathers pod status (OOMKilled, restarts, CrashLoopBackOff,
+Called by the controller's remediation scheduler, once per evaluation interval of each service. It gathers pod status (OOMKilled, restarts, CrashLoopBackOff,
 the crashed container's last log lines) and Prometheus signals, asks the pure remediation policy
 for a decision, and applies it: overrides and history go to status (never to spec), Events explain
 each step, creeping pods are drained from the Service and then evicted through the Eviction API,
@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 CONTAINER = "vllm"
 LOG_TAIL_LINES = 100
 DRAIN_TIMEOUT = timedelta(seconds=60)
+# The scheduler (reconcile/scheduler.py) decides the cadence; the evaluator's own gate only stops
+# evaluations that come much earlier than the interval. The slack absorbs the difference between
+# the scheduler's monotonic clock and this clock, which drops sub-second parts.
+GATE_SLACK = timedelta(seconds=2)
 
 
 class MetricsSource(Protocol):
@@ -84,7 +88,7 @@ class Evaluator:
         now = self.clock()
         last = self._last.get(key)
         interval = timedelta(seconds=spec.remediation.evaluation_interval_seconds)
-        if last is not None and now - last < interval:
+        if last is not None and now - last < interval - GATE_SLACK:
             return False
         self._last[key] = now
         status = _status(body)

@@ -1,7 +1,8 @@
 """Plan and render the pools of one VLLMService (no I/O beyond the injected resolver).
 
 `prepare_service` checks what must hold before any pool is planned (a supported vLLM version,
-valid extra flags, a known architecture) and raises ServiceRejected with a condition reason.
+valid extra flags, a known architecture) and raises ServiceRejected with a condition reason; its
+pure part, `check_service_rules`, is what the CLI's `validate` shares with the controller.
 `plan_pools` plans every allowed GPU type present in the cluster and renders its Deployment.
 The same two functions back the controller and `vllm-operator render`, so what a GitOps review
 shows is what the operator applies.
@@ -17,7 +18,9 @@ from vllm_operator.api.status import Override
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError
 from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
-from vllm_operator.planning.plan import Infeasible, PlanIntent, plan_pool
+from vllm_operator.planning.alternatives import Infeasible
+from vllm_operator.planning.intent import PlanIntent
+from vllm_operator.planning.plan import plan_pool
 from vllm_operator.reconcile.inventory import GpuNodeGroup, gpu_facts, match_groups
 from vllm_operator.remediation.overrides import effective_args
 from vllm_operator.rendering.args import (
@@ -74,8 +77,9 @@ class PoolOutcome:
     live: Obj | None = field(default=None, repr=False)
 
 
-def prepare_service(service: VLLMService, resolver: ArchitectureResolver) -> PreparedService:
-    """Check the version, the extra flags and the model before planning anything."""
+def check_service_rules(service: VLLMService) -> None:
+    """The pure part of prepare_service: the pinned version is supported and accepts the extra
+    flags. `validate`, `plan` and `render` call it too, so they refuse what the operator would."""
     spec = service.spec
     try:
         check_version(spec.vllm.version)
@@ -84,6 +88,12 @@ def prepare_service(service: VLLMService, resolver: ArchitectureResolver) -> Pre
         )
     except ArgsRejected as exc:
         raise ServiceRejected(exc.reason, str(exc)) from exc
+
+
+def prepare_service(service: VLLMService, resolver: ArchitectureResolver) -> PreparedService:
+    """Check the version, the extra flags and the model before planning anything."""
+    spec = service.spec
+    check_service_rules(service)
     try:
         arch = resolver.resolve(service)
     except UnknownModelError as exc:

@@ -103,9 +103,9 @@ def failed_status(
 
     Degraded=True and Progressing=False carry the cause; the conditions name the generation they
     were computed from, but `observedGeneration` stays where the last complete reconcile left it:
-    the operator has not acted on this generation yet, and a stale observedGeneration is what keeps
-    the retry going (issue #20: retried until it catches up). Feasible, Ready and the pools keep
-    their last observation, which still describes what runs.
+    the operator has not acted on this generation yet and keeps retrying until it catches up
+    (issue #20). Feasible, Ready and the pools keep their last observation, which still
+    describes what runs.
     """
     conds = apply_conditions(
         old.conditions,

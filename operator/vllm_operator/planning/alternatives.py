@@ -1,0 +1,182 @@
+"""What would make an infeasible intent fit: concrete changes, each checked by the planner.
+
+Why apart from planning/plan.py: the search answers "what fits"; this module answers "what would
+fit if one thing changed" (more GPUs, an fp8 KV cache, a quantised checkpoint, another GPU type,
+fewer sequences), re-running the same search through the callables the planner hands in, so an
+alternative is never suggested that the planner would then refuse.
+"""
+
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vllm_operator.catalog.architectures import Architecture, Quantization, QuantMethod
+from vllm_operator.catalog.gpus import GpuFacts
+from vllm_operator.planning.intent import PlanIntent
+from vllm_operator.planning.memory import MemoryEstimate
+
+MAX_TP_ONE_NODE = 8  # tensor parallelism beyond one 8-GPU node is not suggested
+
+
+class Search(Protocol):
+    """The planner's search on one GPU: the smallest fitting estimate, or None."""
+
+    def __call__(
+        self, arch: Architecture, intent: PlanIntent, dtype: str, kv_dtype: str, tp_limit: int
+    ) -> MemoryEstimate | None: ...
+
+
+class AlternativeKind(StrEnum):
+    LARGER_TP = "LargerTensorParallel"
+    FP8_KV_CACHE = "Fp8KvCache"
+    QUANTIZED_CHECKPOINT = "QuantizedCheckpoint"
+    OTHER_GPU_TYPE = "OtherGpuType"
+    LOWER_CONCURRENCY = "LowerConcurrency"
+
+
+class Alternative(BaseModel):
+    """A concrete change that makes the intent fit, with what it then supports."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: AlternativeKind
+    description: str
+    changes: dict[str, int | float | str] = Field(default_factory=dict)
+
+
+class Infeasible(BaseModel):
+    """The intent does not fit on this GPU type: why, and what would."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_type: str
+    vllm_version: str
+    reasons: list[str]
+    alternatives: list[Alternative] = Field(default_factory=list)
+    usage_error: bool = Field(
+        default=False, description="The input itself is invalid (CLI exit 2), not just too big."
+    )
+
+    @property
+    def feasible(self) -> bool:
+        return False
+
+
+def quantized_variant(arch: Architecture) -> Architecture:
+    return arch.model_copy(
+        update={
+            "quantization": Quantization(
+                method=QuantMethod.AWQ, bits=4, group_size=128, zero_point=True
+            ),
+            "torch_dtype": "float16",
+        }
+    )
+
+
+def infeasible(
+    intent: PlanIntent,
+    facts: GpuFacts,
+    arch: Architecture,
+    *,
+    dtype: str,
+    search: Search,
+    plan_other: Callable[[GpuFacts], tuple[int, float] | None],
+    notes: list[str],
+    last: MemoryEstimate | None,
+    other_gpus: tuple[GpuFacts, ...],
+) -> Infeasible:
+    """The reasons the intent does not fit `facts`, and every single change that would fit.
+
+    Each alternative is checked by running the planner's own search again with that one knob
+    changed (`search`), or by planning another GPU type (`plan_other`: its TP and concurrency at
+    P99 when it fits): nothing is suggested that the planner would not then accept.
+    """
+    reasons = [
+        f"{intent.concurrency} sequences of {intent.p99_context_tokens} tokens do not fit on "
+        f"{facts.label} with up to {intent.max_gpus_per_replica} GPUs per replica",
+        *notes,
+    ]
+    if last is not None:
+        reasons += [r for r in last.reasons if r not in reasons]
+    alternatives: list[Alternative] = []
+    bigger = search(arch, intent, dtype, "auto", MAX_TP_ONE_NODE)
+    if bigger is not None and bigger.args.tensor_parallel_size > intent.max_gpus_per_replica:
+        tp = bigger.args.tensor_parallel_size
+        alternatives.append(
+            Alternative(
+                kind=AlternativeKind.LARGER_TP,
+                description=f"raise spec.placement.maxGPUsPerReplica to {tp}: TP={tp} fits "
+                f"{bigger.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
+                changes={"maxGPUsPerReplica": tp},
+            )
+        )
+    if facts.supports_fp8_kv_cache:
+        fp8 = search(arch, intent, dtype, "fp8", intent.max_gpus_per_replica)
+        if fp8 is not None:
+            alternatives.append(
+                Alternative(
+                    kind=AlternativeKind.FP8_KV_CACHE,
+                    description=f"an fp8 KV cache (--kv-cache-dtype fp8, halves KV bytes; "
+                    f"compute capability {facts.cc_text}): TP={fp8.args.tensor_parallel_size} fits "
+                    f"{fp8.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
+                    changes={
+                        "kv_cache_dtype": "fp8",
+                        "tensor_parallel_size": fp8.args.tensor_parallel_size,
+                    },
+                )
+            )
+    if arch.quantization is None and intent.quantization is None:
+        quant_arch = quantized_variant(arch)
+        q_intent = intent.model_copy(update={"dtype": "auto"})
+        q_dtype = "float16"
+        q = search(
+            quant_arch, q_intent, q_dtype, "auto", max(intent.max_gpus_per_replica, MAX_TP_ONE_NODE)
+        )
+        if q is not None:
+            q_tp = q.args.tensor_parallel_size
+            raise_tp = (
+                f" and spec.placement.maxGPUsPerReplica {q_tp}"
+                if q_tp > intent.max_gpus_per_replica
+                else ""
+            )
+            alternatives.append(
+                Alternative(
+                    kind=AlternativeKind.QUANTIZED_CHECKPOINT,
+                    description=f"a 4-bit AWQ/GPTQ checkpoint of {arch.name} (spec.model.name of "
+                    f"the quantised repo){raise_tp}: TP={q_tp} fits "
+                    f"{q.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
+                    changes={"quantization": "awq", "tensor_parallel_size": q_tp},
+                )
+            )
+    for other in other_gpus:
+        if other.label == facts.label:
+            continue
+        result = plan_other(other)
+        if result is not None:
+            tp, concurrency = result
+            alternatives.append(
+                Alternative(
+                    kind=AlternativeKind.OTHER_GPU_TYPE,
+                    description=f"{other.label}: TP={tp} fits {concurrency:.1f} sequences",
+                    changes={"gpuType": other.label},
+                )
+            )
+    if last is not None and last.fits and last.kv_cache_tokens >= intent.p99_context_tokens:
+        most = last.kv_cache_tokens // intent.p99_context_tokens
+        alternatives.append(
+            Alternative(
+                kind=AlternativeKind.LOWER_CONCURRENCY,
+                description=f"lower spec.workload.concurrency to {most}: TP="
+                f"{last.args.tensor_parallel_size} holds {most} sequences of "
+                f"{intent.p99_context_tokens} tokens (the context is never cut)",
+                changes={"concurrency": most},
+            )
+        )
+    return Infeasible(
+        gpu_type=facts.label,
+        vllm_version=intent.vllm_version,
+        reasons=reasons,
+        alternatives=alternatives,
+    )
