@@ -56,7 +56,10 @@ class Reason(StrEnum):
 
     # Ready
     ALL_POOLS_READY = "AllPoolsReady", "Every desired replica passes readiness."
-    SCALED_TO_ZERO = "ScaledToZero", "spec.replicas is 0 on purpose."
+    SCALED_TO_ZERO = (
+        "ScaledToZero",
+        "spec.replicas is 0 on purpose (scaling.mode external: the autoscaler set every pool to 0).",
+    )
     PODS_NOT_READY = "PodsNotReady", "Some desired replicas are not ready yet."
 
     # Degraded

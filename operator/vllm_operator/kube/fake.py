@@ -3,6 +3,12 @@
 It keeps objects by (kind, namespace, name), imitates server-side apply closely enough for the
 reconcile loop (the applied object replaces the stored one, metadata.uid and generation are kept),
 and counts every write so tests can assert that a no-op reconcile makes zero write calls.
+
+Field ownership is imitated for one field only, a Deployment's `spec.replicas`, because the
+reconcile hands exactly that field to autoscalers (scaling.mode external): `managedFields` entries
+record who owns it, a forced apply takes it, an apply that leaves it out keeps the stored count
+only while another manager owns it (else the API default, 1), and `scale` writes it as the HPA
+does through the scale subresource.
 """
 
 import copy
@@ -10,8 +16,10 @@ import itertools
 from collections import Counter
 from typing import Any
 
+from vllm_operator.api.service import FIELD_MANAGER
 from vllm_operator.kube.gateway import (
     API_VERSIONS,
+    ConflictError,
     EventRecord,
     GatewayError,
     Kind,
@@ -31,6 +39,37 @@ def _without_nulls(value: Any) -> Any:
 def _labels_match(obj: Obj, selector: dict[str, str]) -> bool:
     labels = obj.get("metadata", {}).get("labels") or {}
     return all(labels.get(k) == v for k, v in selector.items())
+
+
+DEPLOYMENT_DEFAULT_REPLICAS = 1
+"""What the API server sets when no manager owns a Deployment's spec.replicas any more."""
+
+_REPLICAS_FIELDS: Obj = {"f:spec": {"f:replicas": {}}}
+
+
+def _replicas_entries(obj: Obj) -> list[Obj]:
+    return list((obj.get("metadata") or {}).get("managedFields") or [])
+
+
+def _replicas_entry(manager: str, operation: str = "Apply", subresource: str = "") -> Obj:
+    entry: Obj = {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": "apps/v1",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": copy.deepcopy(_REPLICAS_FIELDS),
+    }
+    if subresource:
+        entry["subresource"] = subresource
+    return entry
+
+
+def _is_ours(entry: Obj) -> bool:
+    return (
+        entry.get("manager") == FIELD_MANAGER
+        and entry.get("operation") == "Apply"
+        and not entry.get("subresource")
+    )
 
 
 class FakeGateway:
@@ -101,9 +140,59 @@ class FakeGateway:
                 stored["status"] = old["status"]
         else:
             stored["metadata"]["uid"] = f"uid-{next(self._uids)}"
+        if kind is Kind.DEPLOYMENT:
+            self._apply_replicas(stored, old)
         self.objects[key] = stored
         self.writes[f"apply:{kind}"] += 1
         return copy.deepcopy(stored)
+
+    @staticmethod
+    def _apply_replicas(stored: Obj, old: Obj | None) -> None:
+        """spec.replicas ownership after a forced apply of the operator's field manager."""
+        others = [e for e in _replicas_entries(old or {}) if not _is_ours(e)]
+        spec = stored.setdefault("spec", {})
+        if "replicas" in spec:
+            # force=True: the operator takes the field from everyone else.
+            stored["metadata"]["managedFields"] = [_replicas_entry(FIELD_MANAGER)]
+            return
+        stored["metadata"]["managedFields"] = others
+        if others and old is not None:
+            spec["replicas"] = (old.get("spec") or {}).get("replicas")
+        else:
+            spec["replicas"] = DEPLOYMENT_DEFAULT_REPLICAS
+
+    def apply_as(self, obj: Obj, field_manager: str) -> Obj:
+        """Unforced apply of a Deployment's spec.replicas under another manager (a handover)."""
+        self._maybe_fail()
+        meta = obj["metadata"]
+        key = (Kind(obj["kind"]), meta["namespace"], meta["name"])
+        old = self.objects.get(key)
+        if key[0] is not Kind.DEPLOYMENT or old is None:
+            raise GatewayError(f"the fake applies as {field_manager} to Deployments only", 422)
+        replicas = obj["spec"]["replicas"]
+        entries = _replicas_entries(old)
+        if old["spec"].get("replicas") != replicas and any(
+            e.get("manager") != field_manager for e in entries
+        ):
+            raise ConflictError(f"conflict with the owner of spec.replicas of {meta['name']}", 409)
+        old["spec"]["replicas"] = replicas
+        if not any(e.get("manager") == field_manager for e in entries):
+            entries.append(_replicas_entry(field_manager))
+        old["metadata"]["managedFields"] = entries
+        self.writes[f"apply_as:{key[0]}"] += 1
+        return copy.deepcopy(old)
+
+    def scale(
+        self, namespace: str, name: str, replicas: int, manager: str = "kube-controller-manager"
+    ) -> None:
+        """What an HPA or `kubectl scale` does (an Update of the scale subresource); not counted.
+
+        A changed value moves ownership of spec.replicas to `manager`, as the API server does."""
+        obj = self.objects[(Kind.DEPLOYMENT, namespace, name)]
+        if obj["spec"].get("replicas") == replicas:
+            return
+        obj["spec"]["replicas"] = replicas
+        obj["metadata"]["managedFields"] = [_replicas_entry(manager, "Update", "scale")]
 
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
         self._maybe_fail()

@@ -94,6 +94,15 @@ class KubeGateway(Protocol):
         """Server-side apply with the operator's field manager (force: we own these fields)."""
         ...
 
+    def apply_as(self, obj: Obj, field_manager: str) -> Obj:
+        """Server-side apply under another field manager, never forced.
+
+        Used to hand a field over (the replicas of a Deployment given to an autoscaler): the
+        manager shares ownership of the value it sets, and ConflictError means another manager
+        already owns that field with a different value.
+        """
+        ...
+
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
         """Delete an object (missing is fine)."""
         ...

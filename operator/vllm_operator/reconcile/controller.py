@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vllm_operator.api import RemediationMode, VLLMService, VLLMServiceStatus
+from vllm_operator.api import RemediationMode, ScalingMode, VLLMService, VLLMServiceStatus
 from vllm_operator.api.errors import problems_from
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
@@ -32,6 +32,7 @@ from vllm_operator.reconcile.pools import (
     plan_pools,
     prepare_service,
 )
+from vllm_operator.reconcile.replicas import hand_over_replicas
 from vllm_operator.reconcile.scheduler import EvaluationScheduler, RetryLater
 from vllm_operator.reconcile.status import (
     budget_note,
@@ -277,6 +278,11 @@ class Controller:
                 conflicts.append(f"Deployment {namespace}/{pool.deployment['metadata']['name']}")
                 pool.deployment_name = None
                 continue
+            if service.spec.scaling.mode == ScalingMode.EXTERNAL:
+                live, writes = hand_over_replicas(
+                    self.gw, pool.deployment, live, service.spec.replicas
+                )
+                outcome.applied.extend(writes)
             if needs_apply(pool.deployment, live):
                 live = self.gw.apply(pool.deployment)
                 outcome.applied.append(f"Deployment/{pool.deployment['metadata']['name']}")

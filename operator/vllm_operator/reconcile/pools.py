@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
+from vllm_operator.api.spec import ScalingMode
 from vllm_operator.api.status import Override
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError
@@ -185,7 +186,10 @@ def _plan_group(
     # plan itself, so the policy always measures its steps against what was planned.
     effective = effective_args(result.engine_args, overrides, group.product)
     args = effective.engine
-    replicas = effective.replicas or spec.replicas
+    # With an external autoscaler the replica count is not ours to render (nor remediation's:
+    # maxReplicas is refused with it); the controller hands the field over on the first apply.
+    external = spec.scaling.mode == ScalingMode.EXTERNAL
+    replicas = None if external else (effective.replicas or spec.replicas)
     try:
         argv = engine_argv(
             spec.vllm.version,

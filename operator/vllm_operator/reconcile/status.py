@@ -24,6 +24,7 @@ from vllm_operator.api.conditions import (
 )
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
+from vllm_operator.api.spec import ScalingMode
 from vllm_operator.api.status import PoolStatus, VLLMServiceStatus
 from vllm_operator.reconcile.budgets import MeasuredBudgets
 from vllm_operator.reconcile.inventory import canonical_label
@@ -174,6 +175,9 @@ def service_status(
             )
         )
     planned = [p for p in pools if p.feasible and p.deployment is not None]
+    # With scaling.mode external the replica counts above are the live Deployments' (what the
+    # autoscaler set), never spec.replicas.
+    external = service.spec.scaling.mode == ScalingMode.EXTERNAL
     infeasible = [p for p in pools if not p.feasible]
     no_nodes = [p for p in pools if p.reason == Reason.NO_MATCHING_NODES]
 
@@ -213,8 +217,11 @@ def service_status(
             Reason.ALL_POOLS_READY,
             f"{ready_total}/{desired_total} replicas ready",
         )
-    elif service.spec.replicas == 0 and planned:
+    elif service.spec.replicas == 0 and planned and not external:
         ready_cond = ("True", Reason.SCALED_TO_ZERO, "spec.replicas is 0")
+    elif external and planned and desired_total == 0:
+        # An autoscaler (KEDA's minReplicaCount 0) parked every pool: idle on purpose.
+        ready_cond = ("True", Reason.SCALED_TO_ZERO, "the autoscaler scaled every pool to 0")
     else:
         ready_cond = (
             "False",
