@@ -8,6 +8,8 @@ only while another manager owns it (else the API default 1), `scale` writes it a
 import copy
 from typing import Any
 
+import pytest
+
 from vllm_operator.api.service import FIELD_MANAGER
 from vllm_operator.kube.fake import FakeGateway
 from vllm_operator.kube.gateway import ConflictError, Kind
@@ -163,11 +165,8 @@ def test_handover_conflict_means_the_autoscaler_already_owns_it() -> None:
     live = deployment(gw)
     gw.scale(NS, DEP, 7)  # after our read: the handover's value (2) conflicts with the HPA's
     desired = copy.deepcopy(live)
-    try:
+    with pytest.raises(ConflictError):
         gw.apply_as(replicas_only(desired, 2), HANDOVER_MANAGER)
-        raise AssertionError("expected a conflict")
-    except ConflictError:
-        pass
     _, writes = hand_over_replicas(gw, desired, live, initial=2)
     assert writes == []
     assert deployment(gw)["spec"]["replicas"] == 7
