@@ -283,11 +283,11 @@ def service_status(
             f"{ready_total}/{desired_total} replicas ready",
         )
 
-    unavailable = infeasible + (no_nodes if planned else [])
+    unavailable = {id(p) for p in infeasible + (no_nodes if planned else [])}
     problems = list(failures.values()) + [
         _starved_message(p) if starved(p) else f"{p.gpu_type}: {p.message}"
         for p in pools
-        if p in unavailable or starved(p)
+        if id(p) in unavailable or starved(p)
     ]
     if failures:
         degraded = ("True", Reason.REPLICA_FAILURE, "; ".join(problems))
@@ -309,7 +309,7 @@ def service_status(
     summary = ",".join(
         f"{gpu_short_name(p.product or p.gpu_type).upper()}x{ready_counts(p)[0]}"
         for p in pools
-        if p in planned or p.live is not None
+        if (p.feasible and p.deployment is not None) or p.live is not None
     )
     return old.model_copy(
         update={
