@@ -29,6 +29,7 @@ from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     ServiceRejected,
+    attach_live,
     plan_pools,
     prepare_service,
 )
@@ -314,11 +315,7 @@ class Controller:
                 if needs_apply(obj, live_obj):
                     self.gw.apply(obj)
                     outcome.applied.append(f"{kind}/{obj['metadata']['name']}")
-        for pool in pools:
-            if pool.live is None and pool.deployment_name:
-                pool.live = next(
-                    (d for d in existing if d["metadata"]["name"] == pool.deployment_name), None
-                )
+        attach_live(pools, existing)
 
         if settling > 0:
             # Status stays at the previous generation until the new plan is really rolled.
