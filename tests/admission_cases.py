@@ -102,6 +102,11 @@ CASES: list[Case] = [
         "spec.placement.nodeSelector",
     ),
     Case(
+        "node-selector-issue-example",
+        _set("spec.placement.nodeSelector", {"bad key!": "v a l"}),
+        "spec.placement.nodeSelector",
+    ),
+    Case(
         "node-selector-long-value",
         _set("spec.placement.nodeSelector", {"zone": "v" * 64}),
         "spec.placement.nodeSelector",

@@ -97,7 +97,7 @@ def test_kubectl_list_of_one_pod(tmp_path: Path) -> None:
     ("args", "message"),
     [
         ((), "give --log FILE"),
-        (("--log", "/nonexistent/x.log"), "cannot read log"),
+        (("--log", "/nonexistent/x.log"), "/nonexistent/x.log: no such file"),
         (("--log", "-", "--pod", "-"), "only one of --log and --pod"),
     ],
 )
@@ -113,4 +113,4 @@ def test_not_a_pod(tmp_path: Path) -> None:
     assert code == 2 and "not a Pod" in out
     path.write_text("{ not yaml: [")
     code, out = run("--pod", str(path))
-    assert code == 2 and "neither JSON nor YAML" in out
+    assert code == 2 and "invalid YAML at line" in out

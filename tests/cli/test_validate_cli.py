@@ -74,14 +74,24 @@ def test_non_service_documents_are_skipped(tmp_path: Path) -> None:
     assert code == 0 and "skipped" in out
 
 
-@pytest.mark.parametrize("text", ["a: [unclosed", "- just\n- a list\n"])
-def test_garbage_is_reported_not_crashed(tmp_path: Path, text: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("a: [unclosed", "invalid YAML at line 2, column 1: did not find expected ',' or ']'"),
+        ("- just\n- a list\n", "document 0 is a list, not a mapping (a Kubernetes object)"),
+    ],
+)
+def test_garbage_is_one_line_and_exit_2(tmp_path: Path, text: str, problem: str) -> None:
     path = tmp_path / "garbage.yaml"
     path.write_text(text)
-    code, out = run("validate", str(path))
-    assert code == 1 and out.strip()
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert result.stdout == "" and result.stderr == f"Error: {path}: {problem}\n"
 
 
-def test_missing_file_is_reported(tmp_path: Path) -> None:
-    code, _ = run("validate", str(tmp_path / "nope.yaml"))
-    assert code == 1
+def test_an_unreadable_file_does_not_stop_the_others(tmp_path: Path, repo: Path) -> None:
+    example = str(repo / "examples/llama-3.1-8b-l4.yaml")
+    result = CliRunner().invoke(cli, ["validate", str(tmp_path / "nope.yaml"), example])
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: {tmp_path / 'nope.yaml'}: no such file\n"
+    assert result.stdout.strip().endswith(": valid")

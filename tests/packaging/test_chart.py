@@ -150,6 +150,7 @@ def test_operator_pod_is_hardened(helm: Path) -> None:
         "--metrics-port=8080",
         "--health-address=0.0.0.0:8081",
         "--gpu-memory-metric=dcgm",
+        "--settle-seconds=3",
     ]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}

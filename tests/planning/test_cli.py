@@ -176,7 +176,7 @@ def test_plan_inline_architecture_and_invalid_manifest(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(manifest.read_text().replace("concurrency: 4", "concurrency: 0"))
     code, out = run("plan", str(bad))
-    assert code == 2
+    assert code == 1 and "InvalidSpec: spec.workload.concurrency" in out
 
 
 def test_memory_only_gpu_keeps_bf16_with_a_compute_capability() -> None:

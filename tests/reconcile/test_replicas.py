@@ -57,9 +57,9 @@ def test_external_pool_is_created_with_initial_count_and_not_owned() -> None:
     dep = deployment(gw)
     assert dep["spec"]["replicas"] == 2  # never the API default 1, not even for a moment
     assert not owns_replicas(dep)
-    assert managers(dep) == {HANDOVER_MANAGER}
+    assert HANDOVER_MANAGER in managers(dep)
     # create, handover, release: once per pool; one PlanApplied for it.
-    assert gw.writes["apply:Deployment"] == 2 and gw.writes["apply_as:Deployment"] == 1
+    assert gw.writes["apply:Deployment"] == 2 and gw.writes["apply_unforced:Deployment"] == 1
     assert outcome.events.count("PlanApplied") == 1
 
 
@@ -70,14 +70,14 @@ def test_external_scale_is_never_reverted_and_costs_no_apply() -> None:
     ctl.reconcile(NS, NAME)
     make_ready(gw, NS, DEP)
     ctl.reconcile(NS, NAME)
-    applies = gw.writes["apply:Deployment"] + gw.writes["apply_as:Deployment"]
+    applies = gw.writes["apply:Deployment"] + gw.writes["apply_unforced:Deployment"]
     for count in (5, 3, 0, 4):
         gw.scale(NS, DEP, count)
         outcome = ctl.reconcile(NS, NAME)
         assert deployment(gw)["spec"]["replicas"] == count
         assert not [a for a in outcome.applied if a.startswith("Deployment/")]
         assert status_of(gw, NAME)["pools"][0]["replicas"] == count
-    assert gw.writes["apply:Deployment"] + gw.writes["apply_as:Deployment"] == applies
+    assert gw.writes["apply:Deployment"] + gw.writes["apply_unforced:Deployment"] == applies
 
 
 def test_switching_to_external_keeps_the_live_count_and_the_pods() -> None:
@@ -123,7 +123,7 @@ def test_default_mode_restores_spec_replicas_with_one_replicas_only_change() -> 
     after = deployment(gw)
     assert after["spec"]["replicas"] == 2 and owns_replicas(after)
     assert gw.writes["apply:Deployment"] == applies + 1
-    assert gw.writes["apply_as:Deployment"] == 0
+    assert gw.writes["apply_unforced:Deployment"] == 0
     # Only spec.replicas changed: the pod template (and so its ReplicaSet and pods) did not.
     assert {**after["spec"], "replicas": 5} == {**before["spec"], "replicas": 5}
     assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
@@ -166,7 +166,7 @@ def test_handover_conflict_means_the_autoscaler_already_owns_it() -> None:
     gw.scale(NS, DEP, 7)  # after our read: the handover's value (2) conflicts with the HPA's
     desired = copy.deepcopy(live)
     with pytest.raises(ConflictError):
-        gw.apply_as(replicas_only(desired, 2), HANDOVER_MANAGER)
+        gw.apply_unforced(replicas_only(desired, 2), HANDOVER_MANAGER)
     _, writes = hand_over_replicas(gw, desired, live, initial=2)
     assert writes == []
     assert deployment(gw)["spec"]["replicas"] == 7

@@ -22,18 +22,19 @@ def test_writes_are_counted_by_kind_and_reads_are_not() -> None:
             "metadata": {"name": "chat"},
         }
     )
-    cm = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "chat", "namespace": "default"},
-        "spec": {},
+    # A Deployment: the one kind the operator both applies and deletes.
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "chat-l4", "namespace": "default"},
+        "spec": {"replicas": 1},
     }
-    gw.apply(cm)
-    gw.get(Kind.SERVICE, "default", "chat")
+    gw.apply(dep)
+    gw.get(Kind.DEPLOYMENT, "default", "chat-l4")
     gw.apply_status("default", "chat", {"ready": "0/0"})
     gw.emit_event(service_event(svc, "Normal", Reason.PLAN_APPLIED, "applied"))
     gw.emit_event(node_event("gpu-0", "uid-9", Reason.PROBE_BUDGET_IGNORED, "stale"))
-    gw.delete(Kind.SERVICE, "default", "chat")
+    gw.delete(Kind.DEPLOYMENT, "default", "chat-l4")
     after = {k: count(k) - before[k] for k in before}
     assert after == {"apply": 1, "delete": 1, "status": 1, "event": 2}
     assert [(e.kind, e.reason, e.uid) for e in fake.events] == [

@@ -99,7 +99,6 @@ def parse_service(obj: Any) -> VLLMService:
 
 def parse_documents(text: str) -> list[ParsedDocument]:
     """Parse every document of a YAML stream; non-VLLMService documents are marked skipped."""
-    out: list[ParsedDocument] = []
     try:
         docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
@@ -108,6 +107,12 @@ def parse_documents(text: str) -> list[ParsedDocument]:
                 index=0, name="", problems=[Problem(path="", message=f"invalid YAML: {exc}")]
             )
         ]
+    return parse_objects(docs)
+
+
+def parse_objects(docs: list[Any]) -> list[ParsedDocument]:
+    """As parse_documents, for documents already decoded (the CLI reads and bounds files first)."""
+    out: list[ParsedDocument] = []
     for index, doc in enumerate(d for d in docs if d is not None):
         if not isinstance(doc, dict):
             out.append(

@@ -347,6 +347,11 @@ def load_config_file(path: Path) -> Architecture:
         raise ValueError(f"cannot read model config {str(path)!r}: {exc}") from exc
     if not isinstance(cfg, dict):
         raise ValueError(f"model config {str(path)!r} is not a JSON object")
+    return architecture_from_config(cfg, path)
+
+
+def architecture_from_config(cfg: dict[str, Any], path: Path) -> Architecture:
+    """An architecture from a config.json already read from `path` (named after its folder)."""
     name = str(cfg.get("_name_or_path") or path.parent.name or path.stem)
     return architecture_from_hf_config(cfg, name, f"file {path}")
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import click
-import yaml
 
+from vllm_operator.cli.files import FileError, display_name, load_mapping, read_bytes
 from vllm_operator.remediation.actions import operator_action
 from vllm_operator.remediation.diagnosis import VLLM_CONTAINER, Diagnosis, diagnose, pod_history
 
@@ -24,29 +24,27 @@ def _fail(message: str) -> NoReturn:
     sys.exit(EXIT_USAGE)
 
 
-def _read(name: str, what: str) -> str:
-    if name == "-":
-        return sys.stdin.read()
-    try:
-        with open(name, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError as exc:
-        _fail(f"cannot read {what} {name}: {exc.strerror}")
+def _read_log(name: str) -> str:
+    """The log as text. Why lenient decoding: a crashing process can leave stray bytes in its
+    output, and the classifier only matches ASCII patterns; refusing the whole log for one byte
+    would leave the user with no diagnosis. Missing, unreadable and empty files are refused."""
+    data = read_bytes(name)
+    if not data.strip():
+        raise FileError(
+            display_name(name), "is empty (no log lines); omit --log to classify from --pod alone"
+        )
+    return data.decode("utf-8", errors="replace")
 
 
-def _pod(text: str, name: str) -> Mapping[str, Any]:
-    try:
-        obj = yaml.safe_load(text)  # JSON is YAML
-    except yaml.YAMLError as exc:
-        _fail(f"{name} is neither JSON nor YAML: {str(exc).splitlines()[0]}")
-    if isinstance(obj, Mapping) and obj.get("kind") == "List":
+def _pod(name: str) -> Mapping[str, Any]:
+    obj: Mapping[str, Any] = load_mapping(name)  # JSON is YAML
+    if obj.get("kind") == "List":
         items = [i for i in obj.get("items") or [] if isinstance(i, Mapping)]
         if len(items) != 1:
             _fail(f"{name} is a List of {len(items)} objects: give one Pod")
         obj = items[0]
-    if not isinstance(obj, Mapping) or obj.get("kind", "Pod") != "Pod":
-        kind = obj.get("kind") if isinstance(obj, Mapping) else type(obj).__name__
-        _fail(f"{name} is not a Pod (kind {kind})")
+    if obj.get("kind", "Pod") != "Pod":
+        _fail(f"{name} is not a Pod (kind {obj.get('kind')})")
     return obj
 
 
@@ -78,10 +76,10 @@ def diagnose_cmd(log_file: str | None, pod_file: str | None, container: str, out
         _fail("give --log FILE (or '-') and/or --pod FILE")
     if log_file == "-" and pod_file == "-":
         _fail("only one of --log and --pod can read stdin")
-    log = _read(log_file, "log") if log_file else None
+    log = _read_log(log_file) if log_file else None
     history = None
     if pod_file:
-        history = pod_history(_pod(_read(pod_file, "pod"), pod_file), container)
+        history = pod_history(_pod(pod_file), container)
     out = report(diagnose(log, history))
     if output == "json":
         click.echo(json.dumps(out, indent=2))

@@ -18,7 +18,7 @@ from rich.table import Table
 from vllm_operator.catalog.architectures import (
     Architecture,
     UnknownModelError,
-    load_config_file,
+    architecture_from_config,
     lookup_architecture,
 )
 from vllm_operator.catalog.gpus import (
@@ -29,6 +29,7 @@ from vllm_operator.catalog.gpus import (
     lookup_gpu_by_memory,
     parse_compute_capability,
 )
+from vllm_operator.cli.files import load_mapping
 from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.memory import EngineArgs, MemoryEstimate, estimate_memory
@@ -167,7 +168,7 @@ def _print_table(data: dict[str, Any]) -> None:
 @click.option("--model", "model", metavar="ID", help="Hugging Face repo id (catalog, then Hub).")
 @click.option(
     "--model-config",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     help="A Hugging Face config.json instead of --model.",
 )
 @click.option("--gpu", "gpu_label", metavar="LABEL", help="GFD product label, e.g. NVIDIA-L4.")
@@ -229,7 +230,7 @@ def estimate(
         usage_error("give --gpu LABEL (nvidia.com/gpu.product) or --gpu-memory-mib N")
     if model_config is not None:
         try:
-            arch = load_config_file(model_config)
+            arch = architecture_from_config(load_mapping(model_config), model_config)
         except ValueError as exc:
             usage_error(str(exc))
     else:

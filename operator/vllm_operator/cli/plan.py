@@ -1,12 +1,13 @@
 """`vllm-operator plan FILE`: the engine arguments the operator would choose, per GPU type.
 
-Runs the controller's own planning function (planning.plan.plan_service) on the VLLMService(s)
-in FILE. Exit codes: 0 every pool planned, 1 an intent does not fit (reasons and alternatives
-printed), 2 usage error (invalid manifest, unknown GPU or model, input vLLM would reject).
+Checks each VLLMService in FILE as the controller does before acting (cli.specs: schema, version,
+extra flags, model architecture), then runs the controller's own planning function
+(planning.plan.plan_service). Exit codes: 0 every pool planned, 1 a service the operator would
+refuse or an intent that does not fit (reasons and alternatives printed), 2 usage error (a file
+that cannot be read, an unknown GPU, input vLLM would reject).
 """
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,27 +17,12 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from vllm_operator.api.manifests import parse_documents
-from vllm_operator.api.service import VLLMService
-from vllm_operator.catalog.architectures import Architecture, architecture_from_override
 from vllm_operator.catalog.gpus import GpuFacts
-from vllm_operator.cli.estimate import (
-    EXIT_NOT_FIT,
-    EXIT_USAGE,
-    resolve_gpu,
-    resolve_model,
-    usage_error,
-)
+from vllm_operator.cli.estimate import EXIT_NOT_FIT, EXIT_USAGE, resolve_gpu, usage_error
+from vllm_operator.cli.specs import EXIT_REJECTED, CliResolver, check_file, echo_refusal, prepare
 from vllm_operator.planning.alternatives import Infeasible
 from vllm_operator.planning.plan import PlanResult, PoolPlan, plan_service
-
-
-def service_architecture(service: VLLMService) -> Architecture:
-    """Inline override, else catalog, else the Hub (HF_TOKEN from the environment)."""
-    model = service.spec.model
-    if model.architecture is not None:
-        return architecture_from_override(model.architecture, model.name)
-    return resolve_model(model.name, revision=model.revision, token=os.environ.get("HF_TOKEN"))
+from vllm_operator.reconcile.pools import PreparedService
 
 
 def result_dict(result: PlanResult) -> dict[str, Any]:
@@ -88,7 +74,7 @@ def _print_plan(console: Console, name: str, result: PlanResult) -> None:
 
 
 @click.command()
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", type=click.Path(path_type=Path))
 @click.option(
     "--gpu",
     "gpus",
@@ -106,25 +92,30 @@ def _print_plan(console: Console, name: str, result: PlanResult) -> None:
 def plan(file: Path, gpus: tuple[str, ...], output: str) -> None:
     """Plan engine arguments for every VLLMService in FILE, per allowed GPU type.
 
-    Exit 0 when every pool is planned, 1 when an intent does not fit, 2 on a usage error.
+    Exit 0 when every pool is planned, 1 when the operator would refuse a service (the reason
+    is printed as the controller writes it into status) or an intent does not fit, 2 on a usage
+    error (a file that cannot be read as YAML, an unknown --gpu).
     """
-    documents = parse_documents(file.read_text(encoding="utf-8"))
-    services: list[VLLMService] = []
-    for doc in documents:
-        if doc.problems:
-            usage_error("; ".join(f"{file}[{doc.index}]: {p}" for p in doc.problems))
-        if doc.service is not None:
-            services.append(doc.service)
-    if not services:
+    resolver = CliResolver()
+    prepared: list[PreparedService] = []
+    worst = 0
+    checked = check_file(file)
+    for doc in checked:
+        ready = prepare(doc, resolver)
+        if ready is not None:
+            prepared.append(ready)
+        elif doc.reason is not None:
+            echo_refusal(doc, err=True)
+            worst = EXIT_REJECTED
+    if not prepared and worst == 0:
         usage_error(f"{file} holds no VLLMService")
     out: list[dict[str, Any]] = []
-    worst = 0
     console = Console()
-    for service in services:
+    for one in prepared:
+        service = one.service
         labels = list(gpus) or list(service.spec.placement.gpu_types)
         facts: list[GpuFacts] = [resolve_gpu(label, None) for label in labels]
-        arch = service_architecture(service)
-        results = plan_service(service.spec, facts, arch)
+        results = plan_service(service.spec, facts, one.arch)
         for result in results:
             if isinstance(result, Infeasible):
                 worst = max(worst, EXIT_USAGE if result.usage_error else EXIT_NOT_FIT)
@@ -140,8 +131,8 @@ def plan(file: Path, gpus: tuple[str, ...], output: str) -> None:
                 "pools": [result_dict(r) for r in results],
             }
         )
-    if output == "json":
+    if out and output == "json":
         click.echo(json.dumps(out if len(out) > 1 else out[0], indent=2))
-    elif output == "yaml":
+    elif out and output == "yaml":
         click.echo(yaml.safe_dump(out if len(out) > 1 else out[0], sort_keys=False), nl=False)
     sys.exit(worst)

@@ -12,8 +12,27 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from vllm_operator.nvml.fake import FakeState
+
+
+def _fake_state(path: Path) -> FakeState:
+    """The --fake-nvml fixture, read through the CLI's file checks (one line, exit 2)."""
+    from pydantic import ValidationError
+
+    from vllm_operator.cli.files import FileError, load_mapping
+    from vllm_operator.nvml.fake import FakeState
+
+    try:
+        return FakeState.model_validate(load_mapping(path))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "<root>"
+        raise FileError(str(path), f"not a FakeNvml fixture: {where}: {first['msg']}") from None
 
 
 @click.command()
@@ -60,7 +79,7 @@ import click
 )
 @click.option(
     "--fake-nvml",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     hidden=True,
     help="Read this FakeNvml fixture instead of the real NVML (tests, simulated nodes).",
@@ -102,7 +121,7 @@ def probe(
     from vllm_operator.nvml.probe import AnnotationPublisher, Probe, ProbeSettings
     from vllm_operator.nvml.reader import NvmlReader, PodLookup
 
-    nvml: NvmlLike = FakeNvml.from_file(fake_nvml) if fake_nvml else real_nvml()
+    nvml: NvmlLike = FakeNvml(_fake_state(fake_nvml)) if fake_nvml else real_nvml()
     publisher: AnnotationPublisher | None = None
     pods: PodLookup | None = None
     if not no_publish or pod_names:

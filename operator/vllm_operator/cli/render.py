@@ -6,15 +6,10 @@ from pathlib import Path
 import click
 
 from vllm_operator.api.crd import dump_yaml
-from vllm_operator.api.manifests import parse_documents
+from vllm_operator.cli.specs import CliResolver, check_file, echo_refusal, prepare
 from vllm_operator.reconcile.inventory import GpuNodeGroup
-from vllm_operator.reconcile.pools import ServiceRejected, plan_pools, prepare_service
+from vllm_operator.reconcile.pools import plan_pools
 from vllm_operator.rendering.workload import render_pdb, render_service
-
-
-class _NoSecrets:
-    def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
-        return None
 
 
 def simulated_groups(labels: list[str], gpus_per_node: int) -> dict[str, GpuNodeGroup]:
@@ -25,6 +20,7 @@ def simulated_groups(labels: list[str], gpus_per_node: int) -> dict[str, GpuNode
             nodes=1,
             schedulable_nodes=1,
             max_gpus_per_node=gpus_per_node,
+            hardware_gpus_per_node=gpus_per_node,
             allocatable_gpus=gpus_per_node,
             node_names=(f"{label.lower()}-0",),
         )
@@ -33,7 +29,7 @@ def simulated_groups(labels: list[str], gpus_per_node: int) -> dict[str, GpuNode
 
 
 @click.command()
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", type=click.Path(path_type=Path))
 @click.option(
     "--gpu",
     "gpus",
@@ -44,29 +40,22 @@ def simulated_groups(labels: list[str], gpus_per_node: int) -> dict[str, GpuNode
 def render(file: Path, gpus: tuple[str, ...], gpus_per_node: int) -> None:
     """Print the Deployments, Service and PodDisruptionBudget the operator would apply for FILE.
 
-    Exit 0 when every service renders, 1 when a service is rejected or a pool is infeasible,
-    2 for usage errors.
+    Exit 0 when every service renders, 1 when the operator would refuse a service (its reason
+    printed as the controller writes it into status) or a pool is infeasible, 2 for usage errors
+    (a file that cannot be read as YAML).
     """
-    from vllm_operator.hub.resolver import HubArchitectureResolver
-
-    resolver = HubArchitectureResolver(_NoSecrets())
+    resolver = CliResolver()
     failed = False
     out: list[str] = []
-    for doc in parse_documents(file.read_text(encoding="utf-8")):
-        if doc.problems:
-            for problem in doc.problems:
-                click.echo(f"{file}[{doc.index}]: {problem}", err=True)
-            sys.exit(2)
-        if doc.service is None:
+    for doc in check_file(file):
+        prepared = prepare(doc, resolver)
+        if prepared is None:
+            if doc.reason is not None:
+                echo_refusal(doc, err=True)
+                failed = True
             continue
-        service = doc.service
+        service = prepared.service
         labels = list(gpus) or list(service.spec.placement.gpu_types)
-        try:
-            prepared = prepare_service(service, resolver)
-        except ServiceRejected as exc:
-            click.echo(f"{service.name}: {exc.reason}: {exc.message}", err=True)
-            failed = True
-            continue
         pools = plan_pools(prepared, simulated_groups(labels, gpus_per_node))
         for pool in pools:
             if pool.deployment is None:

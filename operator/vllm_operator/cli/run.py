@@ -39,6 +39,14 @@ import click
     help="Read the Hub token Secret a VLLMService names (only to fetch a gated model's "
     "config.json); off: the operator needs no Secret access.",
 )
+@click.option(
+    "--settle-seconds",
+    type=click.FloatRange(0, 300),
+    default=3.0,
+    show_default=True,
+    help="Roll a pool's pods for a new plan only after the spec has kept its generation this "
+    "long, so a burst of edits restarts the pods once (0: roll every intermediate spec).",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -49,6 +57,7 @@ def run(
     prometheus_url: str | None,
     gpu_memory_metric: str,
     read_token_secrets: bool,
+    settle_seconds: float,
     verbose: bool,
 ) -> None:
     """Run the operator: reconcile VLLMServices into per-GPU-type vLLM Deployments."""
@@ -72,4 +81,5 @@ def run(
         prometheus_url=prometheus_url,
         gpu_memory_metric=gpu_memory_metric,
         read_token_secrets=read_token_secrets,
+        settle_seconds=settle_seconds,
     )

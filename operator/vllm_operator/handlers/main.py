@@ -29,6 +29,7 @@ def run_operator(
     prometheus_url: str | None = None,
     gpu_memory_metric: str = "dcgm",
     read_token_secrets: bool = True,
+    settle_seconds: float = 0.0,
 ) -> None:
     """Block running the operator until it is stopped."""
     api_client = load_config(kubeconfig)
@@ -54,6 +55,7 @@ def run_operator(
             HubArchitectureResolver(secrets),
             node_cache_seconds=2.0,
             metrics=signals,
+            settle_seconds=settle_seconds,
         ),
         connection=connection_info(api_client),
         in_cluster=in_cluster(),

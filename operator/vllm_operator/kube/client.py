@@ -21,12 +21,17 @@ from kubernetes.client.exceptions import ApiException
 from vllm_operator.api.service import FIELD_MANAGER, GROUP, PLURAL, VERSION
 from vllm_operator.kube.gateway import (
     API_VERSIONS,
+    APPLIED_KINDS,
+    DELETED_KINDS,
+    LISTED_KINDS,
+    READ_KINDS,
     ConflictError,
     EventRecord,
     GatewayError,
     Kind,
     Obj,
     UnavailableError,
+    require_kind,
 )
 
 log = logging.getLogger(__name__)
@@ -175,6 +180,7 @@ class ApiGateway:
             raise _wrap(exc, "list nodes") from exc
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        require_kind(kind, READ_KINDS, "get")
         readers: dict[Kind, Any] = {
             Kind.DEPLOYMENT: self.apps.read_namespaced_deployment,
             Kind.SERVICE: self.core.read_namespaced_service,
@@ -193,6 +199,7 @@ class ApiGateway:
             raise _wrap(exc, f"get {kind} {namespace}/{name}") from exc
 
     def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        require_kind(kind, LISTED_KINDS, "list")
         listers: dict[Kind, Any] = {
             Kind.DEPLOYMENT: self.apps.list_namespaced_deployment,
             Kind.POD: self.core.list_namespaced_pod,
@@ -212,11 +219,12 @@ class ApiGateway:
     def apply(self, obj: Obj) -> Obj:
         return self._apply(obj, FIELD_MANAGER, force=True)
 
-    def apply_as(self, obj: Obj, field_manager: str) -> Obj:
+    def apply_unforced(self, obj: Obj, field_manager: str) -> Obj:
         return self._apply(obj, field_manager, force=False)
 
     def _apply(self, obj: Obj, field_manager: str, *, force: bool) -> Obj:
         kind = Kind(obj["kind"])
+        require_kind(kind, APPLIED_KINDS, "apply")
         meta = obj["metadata"]
         name, namespace = meta["name"], meta["namespace"]
         patchers: dict[Kind, Any] = {
@@ -242,6 +250,7 @@ class ApiGateway:
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
         # Only pools are ever deleted by the operator (a GPU type removed from the spec); the
         # Service and PDB go with the VLLMService through owner references.
+        require_kind(kind, DELETED_KINDS, "delete")
         deleters: dict[Kind, Any] = {Kind.DEPLOYMENT: self.apps.delete_namespaced_deployment}
         try:
             deleters[kind](name, namespace)

@@ -1,30 +1,67 @@
 """An in-memory KubeGateway for fast reconcile tests.
 
-It keeps objects by (kind, namespace, name), imitates server-side apply closely enough for the
-reconcile loop (the applied object replaces the stored one, metadata.uid and generation are kept),
-and counts every write so tests can assert that a no-op reconcile makes zero write calls.
+It keeps objects by (kind, namespace, name) and counts every write, so tests can assert that a
+no-op reconcile makes zero write calls. Where the reconcile loop depends on what the API server
+does, the fake does the same, and tests/kube/contract.py runs one suite against both gateways to
+keep it so:
 
-Field ownership is imitated for one field only, a Deployment's `spec.replicas`, because the
-reconcile hands exactly that field to autoscalers (scaling.mode external): `managedFields` entries
-record who owns it, a forced apply takes it, an apply that leaves it out keeps the stored count
-only while another manager owns it (else the API default, 1), and `scale` writes it as the HPA
-does through the scale subresource.
+- only the kinds the real gateway has calls for (gateway.APPLIED_KINDS, ...) are accepted;
+- names (per kind), label keys and values, annotation keys are validated as the API server does
+  (422);
+- `metadata.generation` is 1 on create and bumped only by a spec change (for a Deployment also an
+  annotation change), never by labels or status, as the registry strategies do;
+- server-side apply is modelled by field ownership: each field manager owns the leaf fields (and
+  keyed list entries) of its last applied object; an apply sets its fields, takes over those whose
+  value it changes, and removes the fields it owned before and no longer applies unless another
+  manager owns them. `managedFields` carries one Apply entry per manager in the fieldsV1 form that
+  reconcile.diff reads.
 """
 
 import copy
 import itertools
+import json
+import re
 from collections import Counter
 from typing import Any
 
 from vllm_operator.api.service import FIELD_MANAGER
 from vllm_operator.kube.gateway import (
     API_VERSIONS,
+    APPLIED_KINDS,
+    DELETED_KINDS,
+    LISTED_KINDS,
+    READ_KINDS,
     ConflictError,
     EventRecord,
     GatewayError,
     Kind,
     Obj,
+    require_kind,
 )
+
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+# Kinds whose names are DNS-1035 labels (a Service name becomes a DNS label and an env var prefix;
+# the VLLMService CRD refuses other names by its own rule). A PodDisruptionBudget name is only
+# checked as a path segment (kube-apiserver 1.35 accepts "UPPER", "a b", 254 characters: measured
+# by e2e/test_gateway_contract.py). Every other kind takes a DNS-1123 subdomain.
+_DNS1035_NAMED = frozenset({Kind.SERVICE, Kind.VLLM_SERVICE})
+_PATH_SEGMENT_NAMED = frozenset({Kind.PDB})
+
+# Key fields of the associative lists the operator renders (containers, env, volumes by name;
+# volumeMounts by mountPath; ports by containerPort or port). Any other list is atomic, as
+# args, command and tolerations are on the real server.
+_LIST_KEYS = ("name", "mountPath", "containerPort", "port")
+
+# Identity and server-owned fields: never part of an applied configuration.
+_SYSTEM_METADATA = frozenset(
+    {"name", "namespace", "uid", "generation", "resourceVersion", "managedFields"}
+)
+
+Path = tuple[str, ...]
 
 
 def _without_nulls(value: Any) -> Any:
@@ -41,35 +78,185 @@ def _labels_match(obj: Obj, selector: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-DEPLOYMENT_DEFAULT_REPLICAS = 1
-"""What the API server sets when no manager owns a Deployment's spec.replicas any more."""
-
-_REPLICAS_FIELDS: Obj = {"f:spec": {"f:replicas": {}}}
+# -- validation (apimachinery's validation.IsDNS1123Subdomain, IsQualifiedName, ...) --------------
 
 
-def _replicas_entries(obj: Obj) -> list[Obj]:
-    return list((obj.get("metadata") or {}).get("managedFields") or [])
+def _name_problem(kind: Kind, name: Any) -> str | None:
+    if not isinstance(name, str) or not name:
+        return "metadata.name: Required value"
+    if kind in _PATH_SEGMENT_NAMED:
+        if name in (".", "..") or "/" in name or "%" in name:
+            return f"metadata.name: Invalid value: {name!r}: may not contain '/' or '%'"
+    elif kind in _DNS1035_NAMED:
+        if len(name) > 63 or not _DNS1035_LABEL.fullmatch(name):
+            return (
+                f"metadata.name: Invalid value: {name!r}: a DNS-1035 label (at most 63 characters)"
+            )
+    elif len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
+        return f"metadata.name: Invalid value: {name!r}: a DNS-1123 subdomain"
+    return None
 
 
-def _replicas_entry(manager: str, operation: str = "Apply", subresource: str = "") -> Obj:
-    entry: Obj = {
-        "manager": manager,
-        "operation": operation,
-        "apiVersion": "apps/v1",
-        "fieldsType": "FieldsV1",
-        "fieldsV1": copy.deepcopy(_REPLICAS_FIELDS),
-    }
-    if subresource:
-        entry["subresource"] = subresource
-    return entry
+def _qualified_name_problem(key: Any) -> str | None:
+    if not isinstance(key, str):
+        return "a string"
+    prefix, _, name = key.rpartition("/")
+    if "/" in prefix or (
+        key.count("/") == 1
+        and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix))
+    ):
+        return "a DNS-1123 subdomain prefix"
+    if len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
+        return "a qualified name (at most 63 characters)"
+    return None
 
 
-def _is_ours(entry: Obj) -> bool:
-    return (
-        entry.get("manager") == FIELD_MANAGER
-        and entry.get("operation") == "Apply"
-        and not entry.get("subresource")
-    )
+def _metadata_problems(kind: Kind, meta: Obj) -> list[str]:
+    problems = [p for p in [_name_problem(kind, meta.get("name"))] if p]
+    for key, value in (meta.get("labels") or {}).items():
+        if (why := _qualified_name_problem(key)) is not None:
+            problems.append(f"metadata.labels: Invalid value: {key!r}: {why}")
+        if (
+            not isinstance(value, str)
+            or len(value) > 63
+            or (value and not _QUALIFIED_NAME.fullmatch(value))
+        ):
+            problems.append(
+                f"metadata.labels: Invalid value: {value!r}: a label value (at most 63 characters)"
+            )
+    for key in meta.get("annotations") or {}:
+        if (why := _qualified_name_problem(key)) is not None:
+            problems.append(f"metadata.annotations: Invalid value: {key!r}: {why}")
+    return problems
+
+
+def _validate(kind: Kind, obj: Obj, what: str) -> None:
+    problems = _metadata_problems(kind, obj.get("metadata") or {})
+    if problems:
+        raise GatewayError(f"{what} failed: 422 Unprocessable Entity: {'; '.join(problems)}", 422)
+
+
+# -- generation (the registry strategies' PrepareForUpdate) --------------------------------------
+
+
+def _generation_input(kind: Kind, obj: Obj) -> Any:
+    """What bumps `metadata.generation` when it changes; None for kinds without a generation."""
+    if kind is Kind.DEPLOYMENT:
+        # Annotations too: they are copied to the ReplicaSets.
+        return (obj.get("spec"), (obj.get("metadata") or {}).get("annotations") or {})
+    if kind in (Kind.PDB, Kind.VLLM_SERVICE):
+        return obj.get("spec")
+    return None
+
+
+# -- server-side apply by field ownership ----------------------------------------------------------
+
+
+def _item_key(item: Any) -> str | None:
+    """An associative list entry's key as fieldsV1 spells it (`k:{"name":"vllm"}`), or None."""
+    if not isinstance(item, dict):
+        return None
+    for field in _LIST_KEYS:
+        if field in item:
+            return "k:" + json.dumps({field: item[field]}, separators=(",", ":"))
+    return None
+
+
+def _is_keyed(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(_item_key(v) is not None for v in value)
+
+
+def _field_paths(value: Any, prefix: Path = ()) -> set[Path]:
+    """The fields an applied configuration sets: leaves, and each keyed list entry itself."""
+    paths: set[Path] = set()
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            paths |= _field_paths(v, (*prefix, f"f:{k}"))
+    elif _is_keyed(value):
+        for item in value:
+            entry = (*prefix, str(_item_key(item)))
+            paths.add(entry)
+            paths |= _field_paths(item, entry)
+    elif prefix:
+        paths.add(prefix)
+    return paths
+
+
+def _applied_paths(obj: Obj) -> set[Path]:
+    config = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "status")}
+    meta = {k: v for k, v in (config.get("metadata") or {}).items() if k not in _SYSTEM_METADATA}
+    if meta:
+        config["metadata"] = meta
+    else:
+        config.pop("metadata", None)
+    return _field_paths(config)
+
+
+def _lookup(obj: Any, path: Path) -> tuple[bool, Any]:
+    """(found, value) at `path` in an object."""
+    node = obj
+    for step in path:
+        if step.startswith("f:") and isinstance(node, dict) and step[2:] in node:
+            node = node[step[2:]]
+        elif step.startswith("k:") and isinstance(node, list):
+            found = [v for v in node if _item_key(v) == step]
+            if not found:
+                return False, None
+            node = found[0]
+        else:
+            return False, None
+    return True, node
+
+
+def _remove(obj: Obj, path: Path) -> None:
+    """Remove the field or list entry at `path` (and maps or lists it leaves empty)."""
+    parents: list[tuple[Any, str]] = []
+    node: Any = obj
+    for step in path:
+        parents.append((node, step))
+        found, node = _lookup(node, (step,))
+        if not found:
+            return
+    for parent, step in reversed(parents):
+        if step.startswith("f:"):
+            parent.pop(step[2:], None)
+        else:
+            parent[:] = [v for v in parent if _item_key(v) != step]
+        if parent or parent is obj:
+            return
+        # An emptied map or list goes too: continue one level up.
+
+
+def _merge(live: Any, config: Any) -> Any:
+    """`config` applied over `live`: maps merged, keyed lists merged by key, the rest replaced."""
+    if isinstance(config, dict) and config and isinstance(live, dict):
+        merged = dict(live)
+        for k, v in config.items():
+            merged[k] = _merge(live[k], v) if k in live else copy.deepcopy(v)
+        return merged
+    if _is_keyed(config) and isinstance(live, list):
+        merged_list = list(live)
+        for item in config:
+            key = _item_key(item)
+            at = next((i for i, v in enumerate(merged_list) if _item_key(v) == key), None)
+            if at is None:
+                merged_list.append(copy.deepcopy(item))
+            else:
+                merged_list[at] = _merge(merged_list[at], item)
+        return merged_list
+    return copy.deepcopy(config)
+
+
+def _fields_v1(paths: set[Path]) -> Obj:
+    """The fieldsV1 tree of a set of paths (`.` marks an owned list entry, as on the server)."""
+    tree: Obj = {}
+    for path in paths:
+        node = tree
+        for step in path:
+            node = node.setdefault(step, {})
+        if path[-1].startswith("k:"):
+            node["."] = {}
+    return tree
 
 
 class FakeGateway:
@@ -86,18 +273,53 @@ class FakeGateway:
         self.evictions: list[tuple[str, str]] = []
         self.refuse_evictions = False
         self._uids = itertools.count(1)
+        # Field ownership by object uid: manager -> paths it owns through Apply.
+        self._owners: dict[str, dict[str, set[Path]]] = {}
 
     # -- test helpers -------------------------------------------------------------------------
 
     def add(self, obj: Obj) -> Obj:
-        """Store an object as if a user created it (not counted as an operator write)."""
+        """Store an object as if a user created it (not counted as an operator write).
+
+        Its name and labels are validated as the API server would; nothing else is checked, and
+        `metadata.generation` is taken as given (default 1).
+        """
         stored = copy.deepcopy(obj)
+        kind = Kind(stored["kind"])
+        _validate(kind, stored, f"create {kind}")
         meta = stored.setdefault("metadata", {})
         meta.setdefault("namespace", "default")
         meta.setdefault("uid", f"uid-{next(self._uids)}")
         meta.setdefault("generation", 1)
-        self.objects[(Kind(stored["kind"]), meta["namespace"], meta["name"])] = stored
+        self.objects[(kind, meta["namespace"], meta["name"])] = stored
         return stored
+
+    def apply_as(self, obj: Obj, manager: str) -> Obj:
+        """Server-side apply (forced) by another field manager, as a webhook or a person would."""
+        kind = Kind(obj["kind"])
+        require_kind(kind, APPLIED_KINDS, "apply")
+        return self._apply(kind, obj, manager)
+
+    def scale(
+        self, namespace: str, name: str, replicas: int, manager: str = "kube-controller-manager"
+    ) -> None:
+        """What an HPA or `kubectl scale` does to a Deployment (not counted as an operator write).
+
+        The scale subresource is an update: a changed value moves ownership of spec.replicas to
+        `manager` (modelled as its forced apply); an unchanged one claims nothing.
+        """
+        live = self.objects[(Kind.DEPLOYMENT, namespace, name)]
+        if (live.get("spec") or {}).get("replicas") == replicas:
+            return
+        self.apply_as(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"replicas": replicas},
+            },
+            manager,
+        )
 
     def total_writes(self) -> int:
         return sum(self.writes.values())
@@ -112,10 +334,15 @@ class FakeGateway:
         return copy.deepcopy(self.nodes)
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        require_kind(kind, READ_KINDS, "get")
         obj = self.objects.get((kind, namespace, name))
         return copy.deepcopy(obj) if obj is not None else None
 
     def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        require_kind(kind, LISTED_KINDS, "list")
+        return self._list(kind, namespace, selector)
+
+    def _list(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
         return [
             copy.deepcopy(o)
             for (k, ns, _), o in sorted(self.objects.items())
@@ -123,87 +350,117 @@ class FakeGateway:
         ]
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
-        return self.list_owned(Kind.POD, namespace, selector)
+        return self._list(Kind.POD, namespace, selector)
 
     def apply(self, obj: Obj) -> Obj:
-        self._maybe_fail()
         kind = Kind(obj["kind"])
-        if obj.get("apiVersion") != API_VERSIONS[kind]:
-            raise GatewayError(f"wrong apiVersion {obj.get('apiVersion')} for {kind}", 400)
+        require_kind(kind, APPLIED_KINDS, "apply")
+        self._maybe_fail()
+        live = self._apply(kind, obj, FIELD_MANAGER)
+        self.writes[f"apply:{kind}"] += 1
+        return live
+
+    def apply_unforced(self, obj: Obj, field_manager: str) -> Obj:
+        kind = Kind(obj["kind"])
+        require_kind(kind, APPLIED_KINDS, "apply")
+        self._maybe_fail()
         meta = obj["metadata"]
+        old = self.objects.get((kind, meta["namespace"], meta["name"]))
+        if old is not None:
+            owners = self._owners.get(old["metadata"]["uid"], {})
+            others = set().union(*(p for m, p in owners.items() if m != field_manager))
+            conflicts = sorted(
+                "/".join(p)
+                for p in _applied_paths(obj) & others
+                if _lookup(old, p) != _lookup(obj, p)
+            )
+            if conflicts:
+                raise ConflictError(
+                    f"apply {kind} {meta['namespace']}/{meta['name']} failed: 409 conflict on "
+                    + ", ".join(conflicts),
+                    409,
+                )
+        live = self._apply(kind, obj, field_manager)
+        self.writes[f"apply_unforced:{kind}"] += 1
+        return live
+
+    def _apply(self, kind: Kind, obj: Obj, manager: str) -> Obj:
+        meta = obj["metadata"]
+        what = f"apply {kind} {meta['namespace']}/{meta.get('name')}"
+        if obj.get("apiVersion") != API_VERSIONS[kind]:
+            raise GatewayError(f"{what} failed: wrong apiVersion {obj.get('apiVersion')}", 400)
+        _validate(kind, obj, what)
         key = (kind, meta["namespace"], meta["name"])
         old = self.objects.get(key)
-        stored = copy.deepcopy(obj)
-        if old is not None:
-            stored["metadata"]["uid"] = old["metadata"]["uid"]
-            if "status" in old:
-                stored["status"] = old["status"]
+        if old is None:
+            uid = f"uid-{next(self._uids)}"
+            live: Obj = {"apiVersion": obj["apiVersion"], "kind": kind.value, "metadata": {}}
         else:
-            stored["metadata"]["uid"] = f"uid-{next(self._uids)}"
-        if kind is Kind.DEPLOYMENT:
-            self._apply_replicas(stored, old)
-        self.objects[key] = stored
-        self.writes[f"apply:{kind}"] += 1
-        return copy.deepcopy(stored)
+            uid = old["metadata"]["uid"]
+            live = copy.deepcopy(old)
+            live.pop("status", None)
+        owners = self._owners.setdefault(uid, {})
+        applied = _applied_paths(obj)
+        # A forced apply takes over every field whose value it changes; equal values are shared,
+        # and so is a list entry (its fields are owned one by one).
+        taken = {
+            p for p in applied if p[-1].startswith("f:") and _lookup(live, p) != _lookup(obj, p)
+        }
+        for other, paths in owners.items():
+            if other != manager:
+                paths -= taken
+        kept = set().union(*(p for m, p in owners.items() if m != manager))
+        for path in sorted(owners.get(manager, set()) - applied - kept, key=len):
+            _remove(live, path)
+        config = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "status")}
+        live = _merge(live, config)
+        owners.pop(manager, None)
+        owners[manager] = applied  # the latest writer last, as the server lists them
+        self._finish(kind, live, old, uid, owners)
+        self.objects[key] = live
+        return copy.deepcopy(live)
 
-    @staticmethod
-    def _apply_replicas(stored: Obj, old: Obj | None) -> None:
-        """spec.replicas ownership after a forced apply of the operator's field manager."""
-        others = [e for e in _replicas_entries(old or {}) if not _is_ours(e)]
-        spec = stored.setdefault("spec", {})
-        if "replicas" in spec:
-            # force=True: the operator takes the field from everyone else.
-            stored["metadata"]["managedFields"] = [_replicas_entry(FIELD_MANAGER)]
-            return
-        stored["metadata"]["managedFields"] = others
-        if others and old is not None:
-            spec["replicas"] = (old.get("spec") or {}).get("replicas")
-        else:
-            spec["replicas"] = DEPLOYMENT_DEFAULT_REPLICAS
-
-    def apply_as(self, obj: Obj, field_manager: str) -> Obj:
-        """Unforced apply of a Deployment's spec.replicas under another manager (a handover)."""
-        self._maybe_fail()
-        meta = obj["metadata"]
-        key = (Kind(obj["kind"]), meta["namespace"], meta["name"])
-        old = self.objects.get(key)
-        if key[0] is not Kind.DEPLOYMENT or old is None:
-            raise GatewayError(f"the fake applies as {field_manager} to Deployments only", 422)
-        replicas = obj["spec"]["replicas"]
-        entries = _replicas_entries(old)
-        if old["spec"].get("replicas") != replicas and any(
-            e.get("manager") != field_manager for e in entries
-        ):
-            raise ConflictError(f"conflict with the owner of spec.replicas of {meta['name']}", 409)
-        old["spec"]["replicas"] = replicas
-        if not any(e.get("manager") == field_manager for e in entries):
-            entries.append(_replicas_entry(field_manager))
-        old["metadata"]["managedFields"] = entries
-        self.writes[f"apply_as:{key[0]}"] += 1
-        return copy.deepcopy(old)
-
-    def scale(
-        self, namespace: str, name: str, replicas: int, manager: str = "kube-controller-manager"
+    def _finish(
+        self, kind: Kind, live: Obj, old: Obj | None, uid: str, owners: dict[str, set[Path]]
     ) -> None:
-        """What an HPA or `kubectl scale` does (an Update of the scale subresource); not counted.
-
-        A changed value moves ownership of spec.replicas to `manager`, as the API server does."""
-        obj = self.objects[(Kind.DEPLOYMENT, namespace, name)]
-        if obj["spec"].get("replicas") == replicas:
-            return
-        obj["spec"]["replicas"] = replicas
-        obj["metadata"]["managedFields"] = [_replicas_entry(manager, "Update", "scale")]
+        """Set what the server sets: uid, generation, managedFields, the old status."""
+        meta = live["metadata"]
+        meta["uid"] = uid
+        meta.pop("generation", None)
+        if (now := _generation_input(kind, live)) is not None:
+            if old is None:
+                meta["generation"] = 1
+            else:
+                generation = int(old["metadata"].get("generation") or 1)
+                changed = now != _generation_input(kind, old)
+                meta["generation"] = generation + 1 if changed else generation
+        meta["managedFields"] = [
+            {
+                "manager": m,
+                "operation": "Apply",
+                "apiVersion": live["apiVersion"],
+                "fieldsType": "FieldsV1",
+                "fieldsV1": _fields_v1(paths),
+            }
+            for m, paths in owners.items()
+            if paths
+        ]
+        if old is not None and "status" in old:
+            live["status"] = old["status"]
 
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
+        require_kind(kind, DELETED_KINDS, "delete")
         self._maybe_fail()
-        if self.objects.pop((kind, namespace, name), None) is not None:
+        gone = self.objects.pop((kind, namespace, name), None)
+        if gone is not None:
+            self._owners.pop(gone["metadata"]["uid"], None)
             self.writes[f"delete:{kind}"] += 1
 
     def apply_status(self, namespace: str, name: str, status: Obj) -> None:
         self._maybe_fail()
         key = (Kind.VLLM_SERVICE, namespace, name)
         if key not in self.objects:
-            raise GatewayError(f"vllmservices {namespace}/{name} not found", 404)
+            raise GatewayError(f"apply status of {namespace}/{name} failed: 404 Not Found", 404)
         self.objects[key]["status"] = _without_nulls(copy.deepcopy(status))
         self.writes["status"] += 1
 

@@ -38,6 +38,20 @@ API_VERSIONS: dict[Kind, str] = {
 }
 
 
+APPLIED_KINDS: frozenset[Kind] = frozenset({Kind.DEPLOYMENT, Kind.SERVICE, Kind.PDB})
+"""What `apply` accepts: the objects the operator renders (status goes through `apply_status`)."""
+
+READ_KINDS: frozenset[Kind] = APPLIED_KINDS | {Kind.VLLM_SERVICE}
+"""What `get` reads (pods, nodes and Secrets have their own methods)."""
+
+LISTED_KINDS: frozenset[Kind] = frozenset({Kind.DEPLOYMENT, Kind.POD})
+"""What `list_owned` lists: owned pools to prune, and their pods."""
+
+DELETED_KINDS: frozenset[Kind] = frozenset({Kind.DEPLOYMENT})
+"""What `delete` removes: only pools of a GPU type the spec no longer allows (the Service and PDB
+go with the VLLMService through owner references)."""
+
+
 @dataclass(frozen=True)
 class EventRecord:
     """A Kubernetes Event about a VLLMService (or, with `kind`, another object such as a Node).
@@ -71,6 +85,19 @@ class UnavailableError(GatewayError):
     5xx or 429. Always transient from the operator's point of view: retry after the backoff."""
 
 
+class UnsupportedKindError(ValueError):
+    """A gateway method was called with a kind it has no API call for: a programming error, never
+    retried. Both gateways raise it before any I/O, so a reconcile test against the fake fails
+    where the real gateway would (instead of the fake quietly storing any kind)."""
+
+
+def require_kind(kind: Kind, allowed: frozenset[Kind], verb: str) -> None:
+    """Raise UnsupportedKindError unless `kind` is one `verb` handles."""
+    if kind not in allowed:
+        supported = ", ".join(sorted(allowed))
+        raise UnsupportedKindError(f"Cannot {verb} kind={kind}: only {supported}")
+
+
 class KubeGateway(Protocol):
     """What the reconcile loop needs from the Kubernetes API."""
 
@@ -79,11 +106,11 @@ class KubeGateway(Protocol):
         ...
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
-        """One namespaced object, or None when it does not exist."""
+        """One namespaced object of a READ_KINDS kind, or None when it does not exist."""
         ...
 
     def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
-        """Objects of `kind` in `namespace` whose labels match `selector`."""
+        """Objects of a LISTED_KINDS kind in `namespace` whose labels match `selector`."""
         ...
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
@@ -91,10 +118,11 @@ class KubeGateway(Protocol):
         ...
 
     def apply(self, obj: Obj) -> Obj:
-        """Server-side apply with the operator's field manager (force: we own these fields)."""
+        """Server-side apply of an APPLIED_KINDS object with the operator's field manager (force: we
+        own these fields). An invalid name or label is a GatewayError with status 422."""
         ...
 
-    def apply_as(self, obj: Obj, field_manager: str) -> Obj:
+    def apply_unforced(self, obj: Obj, field_manager: str) -> Obj:
         """Server-side apply under another field manager, never forced.
 
         Used to hand a field over (the replicas of a Deployment given to an autoscaler): the
@@ -104,11 +132,11 @@ class KubeGateway(Protocol):
         ...
 
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
-        """Delete an object (missing is fine)."""
+        """Delete a DELETED_KINDS object (missing is fine)."""
         ...
 
     def apply_status(self, namespace: str, name: str, status: Obj) -> None:
-        """Server-side apply of the VLLMService status subresource."""
+        """Server-side apply of the VLLMService status subresource (404 when it is missing)."""
         ...
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:

@@ -23,12 +23,13 @@ from vllm_operator.api.reasons import Reason
 from vllm_operator.kube.gateway import ConflictError, GatewayError, Kind, KubeGateway, Obj
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
-from vllm_operator.reconcile.diff import needs_apply
+from vllm_operator.reconcile.diff import needs_apply, rolls_pods
 from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
 from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     ServiceRejected,
+    attach_live,
     plan_pools,
     prepare_service,
 )
@@ -89,6 +90,8 @@ class Controller:
         clock: Callable[[], datetime] = _utcnow,
         node_cache_seconds: float = 0.0,
         metrics: MetricsSource | None = None,
+        settle_seconds: float = 0.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         # Every write goes through the counting wrapper (vllm_operator_api_writes_total).
         self.gw = CountingGateway(gateway)
@@ -112,7 +115,12 @@ class Controller:
         self.pool_plans = m.PoolPlans()
         self._conflicts_warned: dict[tuple[str, str], set[str]] = {}
         # Run-time remediation: one loop for every service (no Kopf timer, so no finalizer).
-        self.scheduler = EvaluationScheduler(self._evaluate_scheduled)
+        self.scheduler = EvaluationScheduler(self._evaluate_scheduled, clock=monotonic)
+        # Bursts of edits roll pods once: a pod-template change waits until the spec has kept
+        # its generation for settle_seconds (when each generation was first seen, per service).
+        self.settle_seconds = settle_seconds
+        self._monotonic = monotonic
+        self._generation_seen: dict[tuple[str, str], tuple[int, float]] = {}
 
     # ----------------------------------------------------------------------------- triggers
 
@@ -126,6 +134,7 @@ class Controller:
         self.pool_plans.forget((namespace, name))
         self._conflicts_warned.pop((namespace, name), None)
         self.scheduler.forget((namespace, name))
+        self._generation_seen.pop((namespace, name), None)
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
 
@@ -237,6 +246,7 @@ class Controller:
         old_status = parse_status(body.get("status"))
         outcome = Outcome()
         now = self.clock()
+        self._note_generation(namespace, name, generation)
 
         try:
             service = VLLMService.model_validate(body)
@@ -269,6 +279,7 @@ class Controller:
 
         desired_names = set()
         conflicts: list[str] = []
+        settling = 0.0
         for pool in pools:
             if pool.deployment is None:
                 continue
@@ -284,6 +295,11 @@ class Controller:
                 )
                 outcome.applied.extend(writes)
             if needs_apply(pool.deployment, live):
+                wait = self._settle_wait(namespace, name, generation, pool.deployment, live)
+                if wait > 0:
+                    settling = max(settling, wait)
+                    pool.live = live
+                    continue
                 live = self.gw.apply(pool.deployment)
                 outcome.applied.append(f"Deployment/{pool.deployment['metadata']['name']}")
                 self._event(service, "Normal", Reason.PLAN_APPLIED, pool.applied_message, outcome)
@@ -305,12 +321,21 @@ class Controller:
                 if needs_apply(obj, live_obj):
                     self.gw.apply(obj)
                     outcome.applied.append(f"{kind}/{obj['metadata']['name']}")
-        for pool in pools:
-            if pool.live is None and pool.deployment_name:
-                pool.live = next(
-                    (d for d in existing if d["metadata"]["name"] == pool.deployment_name), None
-                )
+        attach_live(pools, existing)
 
+        if settling > 0:
+            # Status stays at the previous generation until the new plan is really rolled.
+            log.info(
+                "Deferred rollout until the spec settles service=%s/%s generation=%s wait=%.1fs",
+                namespace,
+                name,
+                generation,
+                settling,
+            )
+            self.scheduler.call_later(
+                (namespace, name), settling, lambda: self._reconcile_quietly(namespace, name)
+            )
+            return outcome
         status = service_status(service, old_status, pools, now, generation, note)
         status = name_conflict_status(status, conflicts, now, generation)
         self._warn_conflicts(service, conflicts, outcome)
@@ -319,6 +344,48 @@ class Controller:
         return outcome
 
     # ------------------------------------------------------------------------------- helpers
+
+    def _settle_wait(
+        self, namespace: str, name: str, generation: Any, desired: Obj, live: Obj | None
+    ) -> float:
+        """Seconds to hold back `desired` so that a burst of spec edits rolls the pods once.
+
+        Only pod-template changes of an existing Deployment wait (creating a pool or changing
+        its replica count restarts nothing). A generation is timed from when this process first
+        saw it; one already current when the operator started counts as settled.
+        """
+        if self.settle_seconds <= 0 or not isinstance(generation, int):
+            return 0.0
+        if not rolls_pods(desired, live):
+            return 0.0
+        seen = self._generation_seen.get((namespace, name))
+        if seen is None or seen[0] != generation:
+            return 0.0
+        return max(0.0, seen[1] + self.settle_seconds - self._monotonic())
+
+    def _note_generation(self, namespace: str, name: str, generation: Any) -> None:
+        """Remember when this process first saw each generation (for `_settle_wait`).
+
+        The first generation seen of a service (after creation or an operator restart) counts as
+        settled: only edits this process watched happen in a burst.
+        """
+        if not isinstance(generation, int):
+            return
+        key = (namespace, name)
+        seen = self._generation_seen.get(key)
+        if seen is None:
+            self._generation_seen[key] = (generation, self._monotonic() - self.settle_seconds)
+        elif seen[0] != generation:
+            self._generation_seen[key] = (generation, self._monotonic())
+
+    def _reconcile_quietly(self, namespace: str, name: str) -> None:
+        """A deferred reconcile from the scheduler: its failures retry like any other."""
+        try:
+            self.reconcile(namespace, name)
+        except RetryableError as exc:
+            self.scheduler.call_later(
+                (namespace, name), exc.delay, lambda: self._reconcile_quietly(namespace, name)
+            )
 
     def _nodes(self) -> list[Obj]:
         if self._node_cache_seconds <= 0:

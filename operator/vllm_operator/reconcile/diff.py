@@ -142,3 +142,20 @@ def needs_apply(desired: dict[str, Any], live: dict[str, Any] | None) -> bool:
     if owned is not None:
         owned = {k: v for k, v in owned.items() if k not in ("f:apiVersion", "f:kind")}
     return not is_subset(fields, live, owned)
+
+
+def rolls_pods(desired: dict[str, Any], live: dict[str, Any] | None) -> bool:
+    """Whether applying the Deployment `desired` over `live` changes its pod template.
+
+    A changed template replaces every pod (on GPUs: every replica reloads its model), while a
+    replica count or metadata change does not; only the first kind waits for a settled spec.
+    """
+    if live is None:
+        return False
+    template = (desired.get("spec") or {}).get("template")
+    if template is None:
+        return False
+    owned = owned_fields(live)
+    if owned is not None:
+        owned = ((owned.get("f:spec") or {}).get("f:template")) or {}
+    return not is_subset(template, (live.get("spec") or {}).get("template"), owned)

@@ -37,7 +37,7 @@ autoscaler's first write (the role of `handover-to-hpa` in the Kubernetes docume
 class _Applier(Protocol):
     def apply(self, obj: Obj) -> Obj: ...
 
-    def apply_as(self, obj: Obj, field_manager: str) -> Obj: ...
+    def apply_unforced(self, obj: Obj, field_manager: str) -> Obj: ...
 
 
 def owns_replicas(live: Obj) -> bool:
@@ -85,7 +85,7 @@ def hand_over_replicas(
     count = int((live.get("spec") or {}).get("replicas") or 0)
     namespace = desired["metadata"]["namespace"]
     try:
-        gw.apply_as(replicas_only(desired, count), HANDOVER_MANAGER)
+        gw.apply_unforced(replicas_only(desired, count), HANDOVER_MANAGER)
     except ConflictError:
         # Another manager (the autoscaler) already owns spec.replicas at another value: the
         # release cannot reset it either.

@@ -62,6 +62,7 @@ class EvaluationScheduler:
         self._clock = clock
         self.tick = tick
         self._entries: dict[Key, _Entry] = {}
+        self._later: dict[Key, tuple[float, Callable[[], object]]] = {}
         self._guard = threading.Lock()
         self._last_error: dict[Key, str] = {}
 
@@ -83,6 +84,20 @@ class EvaluationScheduler:
             self._entries.pop(key, None)
             self._last_error.pop(key, None)
 
+    def call_later(self, key: Key, delay: float, action: Callable[[], object]) -> None:
+        """Run `action` once, `delay` seconds from now (a deferred rollout's reconcile).
+
+        One pending action per service: a later call replaces an earlier one, so a burst of
+        edits leaves exactly one reconcile waiting.
+        """
+        with self._guard:
+            self._later[key] = (self._clock() + delay, action)
+
+    def pending(self) -> dict[Key, float]:
+        """Services with a one-shot action waiting, and when it is due."""
+        with self._guard:
+            return {k: at for k, (at, _) in self._later.items()}
+
     def tracked(self) -> dict[Key, float]:
         """Every tracked service with its interval (for tests and debugging)."""
         with self._guard:
@@ -96,7 +111,18 @@ class EvaluationScheduler:
         return [k for _, k in sorted(ready)]
 
     def run_once(self) -> list[Key]:
-        """Evaluate every due service once; returns the keys evaluated."""
+        """Run due one-shot actions, then evaluate every due service once; returns the keys
+        evaluated."""
+        now = self._clock()
+        with self._guard:
+            ripe = [(k, a) for k, (at, a) in self._later.items() if at <= now]
+            for k, _ in ripe:
+                del self._later[k]
+        for key, action in ripe:
+            try:
+                action()
+            except Exception:  # the action's own error handling reports; never stop the loop
+                log.exception("Failed to run deferred action service=%s/%s", *key)
         keys = self.due()
         for key in keys:
             delay = self._run(key)

@@ -54,8 +54,8 @@ class CountingGateway:
         m.API_WRITES.labels("apply").inc()
         return live
 
-    def apply_as(self, obj: Obj, field_manager: str) -> Obj:
-        live = self.inner.apply_as(obj, field_manager)
+    def apply_unforced(self, obj: Obj, field_manager: str) -> Obj:
+        live = self.inner.apply_unforced(obj, field_manager)
         m.API_WRITES.labels("apply").inc()
         return live
 
