@@ -366,3 +366,53 @@ def test_a_burst_of_edits_rolls_the_pool_once(
     assert len(kube.list(rs_path)) == 2
     events = kube.list(f"/api/v1/namespaces/{namespace}/events")
     assert len([e for e in events if e["reason"] == "PlanApplied"]) == 2
+
+
+def _set_cordon(kube: Kube, nodes: list[str], unschedulable: bool) -> None:
+    for node in nodes:  # what `kubectl cordon` / `uncordon` do
+        kube.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": unschedulable or None}})
+
+
+def test_cordoned_gpu_type_is_unavailable_not_infeasible(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """Defect 7: every node of a GPU type cordoned (or NotReady after an outage longer than the
+    node lease) read as 0 GPUs per node, capped TP at 1 and reported 70B `Feasible=False
+    Infeasible` with a Warning Event. Now the hardware is planned, the cordon is reported as
+    unavailability, and uncordoning makes the service Ready with no re-plan."""
+    h100 = [
+        n["metadata"]["name"]
+        for n in kube.list(
+            "/api/v1/nodes", label_selector="nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"
+        )
+    ]
+    assert h100
+    obj = example("llama-3.1-70b-h100-tp.yaml", namespace)
+    name = obj["metadata"]["name"]
+    _set_cordon(kube, h100, True)
+    try:
+        kube.apply(obj)
+        live = wait_condition(kube, namespace, name, "Progressing", "False", "NoMatchingNodes")
+        conditions = {c["type"]: c for c in live["status"]["conditions"]}
+        assert conditions["Feasible"]["status"] == "True", conditions["Feasible"]
+        assert f"{h100[0]} (cordoned)" in conditions["Progressing"]["message"]
+        (pool,) = live["status"]["pools"]
+        assert pool["plan"]["engineArgs"]["tensor_parallel_size"] > 1
+        (dep,) = deployments(kube, namespace)
+        applies_key = 'vllm_operator_api_writes_total{kind="apply"}'
+        applies = operator.metrics().get(applies_key, 0.0)
+    finally:
+        _set_cordon(kube, h100, False)
+    uncordoned = time.monotonic()
+    live = wait_condition(kube, namespace, name, "Ready", "True")
+    lag = time.monotonic() - uncordoned
+    print(f"\nMeasured uncordon to Ready seconds={lag:.1f}")
+    (after,) = deployments(kube, namespace)
+    # The same Deployment, never re-planned nor re-applied.
+    assert after["metadata"]["uid"] == dep["metadata"]["uid"]
+    assert after["metadata"]["generation"] == dep["metadata"]["generation"]
+    assert operator.metrics().get(applies_key, 0.0) == applies
+    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
+    assert not [e for e in events if e["reason"] == "Infeasible"]
+    conditions = {c["type"]: c for c in live["status"]["conditions"]}
+    assert conditions["Degraded"]["status"] == "False"

@@ -246,6 +246,24 @@ CASES: list[Case] = [
         _set("spec.remediation.maxReplicas", 1),
         None,
     ),
+    # scaling (issue #20 defect 2): an autoscaler owns replicas, so remediation may not scale out
+    Case("scaling-external", _set("spec.scaling", {"mode": "external"}), None),
+    Case(
+        "scaling-external-zero-initial",
+        _both(_set("spec.scaling", {"mode": "external"}), _set("spec.replicas", 0)),
+        None,
+    ),
+    Case("scaling-unknown-mode", _set("spec.scaling", {"mode": "hpa"}), "spec.scaling.mode"),
+    Case(
+        "scaling-external-with-max-replicas",
+        _both(_set("spec.scaling", {"mode": "external"}), _set("spec.remediation.maxReplicas", 4)),
+        "spec.remediation.maxReplicas",
+    ),
+    Case(
+        "scaling-operator-with-max-replicas",
+        _both(_set("spec.scaling", {"mode": "operator"}), _set("spec.remediation.maxReplicas", 4)),
+        None,
+    ),
     # model names
     Case("model-name-newline", _set("spec.model.name", "org/model\nx"), "spec.model.name"),
     Case("model-name-nul", _set("spec.model.name", "org/model\x00"), "spec.model.name"),

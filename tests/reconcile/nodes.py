@@ -1,5 +1,6 @@
 """Node objects shaped like GPU Feature Discovery labels them, for reconcile tests."""
 
+import copy
 from typing import Any
 
 GPU_MEMORY_MIB = {
@@ -51,3 +52,28 @@ def cpu_node(name: str = "cpu-0") -> dict[str, Any]:
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
+
+
+def cordoned(node: dict[str, Any]) -> dict[str, Any]:
+    """`kubectl cordon`: spec.unschedulable, everything else as it was."""
+    out = copy.deepcopy(node)
+    out["spec"] = {**out.get("spec", {}), "unschedulable": True}
+    return out
+
+
+def not_ready(node: dict[str, Any], *, device_plugin_gone: bool = False) -> dict[str, Any]:
+    """The kubelet stopped posting (node lease expired): Ready=Unknown, the node.kubernetes.io/
+    unreachable taint; allocatable keeps its last value unless the device plugin went away too
+    (then allocatable GPUs read 0 while capacity and GFD's gpu.count label keep the hardware)."""
+    out = copy.deepcopy(node)
+    out["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    out["spec"] = {
+        **out.get("spec", {}),
+        "taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}],
+    }
+    if device_plugin_gone:
+        gpus = out["status"]["allocatable"]["nvidia.com/gpu"]
+        out["status"]["capacity"] = {"nvidia.com/gpu": gpus}
+        out["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+        out["metadata"]["labels"]["nvidia.com/gpu.count"] = gpus
+    return out

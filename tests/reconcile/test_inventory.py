@@ -2,7 +2,7 @@
 
 from vllm_operator.reconcile.inventory import gpu_facts, group_gpu_nodes, match_groups
 
-from .nodes import cpu_node, gpu_node
+from .nodes import cordoned, cpu_node, gpu_node, not_ready
 
 
 def test_groups_by_product_and_counts_schedulable_capacity() -> None:
@@ -69,3 +69,30 @@ def test_unlisted_product_is_planned_with_the_capabilities_of_its_gfd_labels() -
     assert group.compute_capability == (12, 0)
     facts = gpu_facts(group)
     assert facts.bf16 and facts.supports_fp8_kv_cache and facts.total_mib == 98000
+
+
+def test_hardware_of_cordoned_and_not_ready_nodes_is_kept_apart_from_availability() -> None:
+    """A NotReady node whose device plugin is gone reads allocatable 0; its capacity and GFD's
+    gpu.count label still say what it has, and that is what the plan may use (issue #20)."""
+    groups = group_gpu_nodes(
+        [
+            cordoned(gpu_node("h100-0", "NVIDIA-H100-80GB-HBM3", 8)),
+            not_ready(gpu_node("h100-1", "NVIDIA-H100-80GB-HBM3", 8), device_plugin_gone=True),
+        ]
+    )
+    h100 = groups["NVIDIA-H100-80GB-HBM3"]
+    assert h100.schedulable_nodes == 0 and h100.max_gpus_per_node == 0
+    assert h100.hardware_gpus_per_node == 8 and h100.planning_gpus_per_node == 8
+    assert h100.unavailable_nodes == ("h100-0 (cordoned)", "h100-1 (NotReady)")
+
+
+def test_schedulable_nodes_decide_the_gpus_per_node_while_there_are_any() -> None:
+    groups = group_gpu_nodes(
+        [
+            gpu_node("h100-0", "NVIDIA-H100-80GB-HBM3", 4),
+            cordoned(gpu_node("h100-1", "NVIDIA-H100-80GB-HBM3", 8)),
+        ]
+    )
+    h100 = groups["NVIDIA-H100-80GB-HBM3"]
+    assert h100.hardware_gpus_per_node == 8
+    assert h100.planning_gpus_per_node == 4  # pods must fit the node that can take them

@@ -11,6 +11,7 @@ from vllm_operator.reconcile.pools import PoolOutcome
 from vllm_operator.reconcile.status import (
     parse_status,
     rejected_status,
+    replica_failure,
     rollout_done,
     service_status,
     transition_events,
@@ -119,3 +120,31 @@ def test_transition_events_one_per_decision_not_per_message() -> None:
 def test_unreadable_status_reads_as_empty() -> None:
     assert parse_status({"conditions": "nonsense"}) == VLLMServiceStatus()
     assert parse_status(None) == VLLMServiceStatus()
+
+
+def test_a_stalled_rollout_quotes_the_deployment_controller() -> None:
+    pool = planned("NVIDIA-L4", 1, 0)
+    assert pool.live is not None
+    pool.live["status"]["conditions"] = [
+        {
+            "type": "Progressing",
+            "status": "False",
+            "reason": "ProgressDeadlineExceeded",
+            "message": 'ReplicaSet "chat-l4-7d9f" has timed out progressing.',
+        }
+    ]
+    assert replica_failure(pool) == (
+        'Progressing ProgressDeadlineExceeded: ReplicaSet "chat-l4-7d9f" has timed out progressing.'
+    )
+    status = service_status(service(), VLLMServiceStatus(), [pool], NOW, 2)
+    assert reason(status, ConditionType.DEGRADED) == Reason.REPLICA_FAILURE
+    assert "has timed out progressing" in status.pools[0].message  # type: ignore[operator]
+
+
+def test_ready_pool_on_cordoned_nodes_is_not_degraded_but_says_why() -> None:
+    pool = planned("NVIDIA-L4", 2, 2)
+    pool.unavailable = pool.message = "no schedulable node of NVIDIA-L4: l4-0 (cordoned)"
+    status = service_status(service(), VLLMServiceStatus(), [pool], NOW, 2)
+    assert reason(status, ConditionType.DEGRADED) == Reason.AS_EXPECTED
+    assert reason(status, ConditionType.READY) == Reason.ALL_POOLS_READY
+    assert status.pools[0].message == pool.message

@@ -43,26 +43,41 @@ class Reason(StrEnum):
         "At least one pool is planned; the intent does not fit some other GPU types.",
     )
     INFEASIBLE = "Infeasible", "The intent fits no GPU type; the message lists alternatives."
-    AWAITING_NODES = "AwaitingNodes", "No allowed GPU type has nodes yet."
+    AWAITING_NODES = (
+        "AwaitingNodes",
+        "No allowed GPU type has nodes yet (cordoned or NotReady nodes still count: their "
+        "hardware is planned, their absence is reported as NoMatchingNodes / PoolsUnavailable).",
+    )
     UNKNOWN_GPU = "UnknownGpu", "A pool's GPU is neither in the catalog nor labelled with memory."
 
     # Progressing
     NO_MATCHING_NODES = (
         "NoMatchingNodes",
-        "No schedulable node has an allowed GPU type; re-planned when one appears.",
+        "No schedulable node has an allowed GPU type (none labelled, or all cordoned / "
+        "NotReady); pools roll out by themselves when one appears.",
     )
     ROLLING_OUT = "RollingOut", "A pool's Deployment is rolling out its current plan."
     ROLLOUT_COMPLETE = "RolloutComplete", "Every pool runs its current plan."
 
     # Ready
     ALL_POOLS_READY = "AllPoolsReady", "Every desired replica passes readiness."
-    SCALED_TO_ZERO = "ScaledToZero", "spec.replicas is 0 on purpose."
+    SCALED_TO_ZERO = (
+        "ScaledToZero",
+        "spec.replicas is 0 on purpose (scaling.mode external: the autoscaler set every pool to 0).",
+    )
     PODS_NOT_READY = "PodsNotReady", "Some desired replicas are not ready yet."
 
     # Degraded
     POOLS_UNAVAILABLE = (
         "PoolsUnavailable",
-        "Some allowed GPU types cannot serve (infeasible, unknown GPU, or no nodes).",
+        "Some allowed GPU types cannot serve (infeasible, unknown GPU, no nodes, or a pool "
+        "wanting replicas has none ready and no schedulable node).",
+    )
+    REPLICA_FAILURE = (
+        "ReplicaFailure",
+        "A pool's Deployment cannot create pods (ReplicaFailure FailedCreate: quota, Pod "
+        "Security, ...) or exceeded its progress deadline; the message quotes the Deployment "
+        "controller.",
     )
     AS_EXPECTED = "AsExpected", "Nothing is degraded."
     CRASHING = "Crashing", "Pods crash for a reason the classifier does not remediate."

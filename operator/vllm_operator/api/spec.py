@@ -765,7 +765,8 @@ class RemediationSpec(ApiModel):
         ge=1,
         le=1000,
         description="Under KV pressure, a pool may be scaled out up to this many replicas before "
-        "any limit is lowered. Unset (the default): never scale out.",
+        "any limit is lowered. Unset (the default): never scale out. Not allowed with "
+        "scaling.mode external (the autoscaler scales out).",
     )
 
 
@@ -805,6 +806,28 @@ class RolloutSpec(ApiModel):
         return self
 
 
+class ScalingMode(StrEnum):
+    """Who owns each pool Deployment's `spec.replicas`."""
+
+    OPERATOR = "operator"
+    EXTERNAL = "external"
+
+
+class ScalingSpec(ApiModel):
+    """Who sets the replica count of the pools: the operator, or an autoscaler."""
+
+    mode: ScalingMode = Field(
+        default=ScalingMode.OPERATOR,
+        description="operator (the default): every pool runs spec.replicas and the operator "
+        "restores that count when anything else changes it (only spec.replicas changes: no pod "
+        "restarts). external: an autoscaler (HorizontalPodAutoscaler, KEDA) or `kubectl scale` owns "
+        "the replica count of each pool Deployment; spec.replicas is only the count a new pool "
+        "starts with, the operator never writes replicas again (it gives up ownership of "
+        "spec.replicas under server-side apply, keeping the live count) and "
+        "remediation.maxReplicas (scale-out) cannot be set. See docs/autoscaling.md.",
+    )
+
+
 # ---------------------------------------------------------------------------------------- spec
 
 
@@ -818,6 +841,14 @@ class VLLMServiceSpec(ApiModel):
                     "!has(self.remediation) || !has(self.remediation.maxReplicas) || "
                     "self.remediation.maxReplicas >= (has(self.replicas) ? self.replicas : 1)",
                     "maxReplicas must be greater than or equal to replicas",
+                    ".remediation.maxReplicas",
+                ),
+                _cel(
+                    "!has(self.scaling) || !has(self.scaling.mode) || "
+                    "self.scaling.mode != 'external' || !has(self.remediation) || "
+                    "!has(self.remediation.maxReplicas)",
+                    "maxReplicas cannot be set with scaling.mode external: the autoscaler owns "
+                    "replicas",
                     ".remediation.maxReplicas",
                 ),
                 _cel(
@@ -840,7 +871,12 @@ class VLLMServiceSpec(ApiModel):
         ge=0,
         le=1000,
         description="Replicas in EACH GPU pool (one pool per allowed GPU type present in the "
-        "cluster), so capacity grows with the pools; 0 scales every pool down. Defaults to 1.",
+        "cluster), so capacity grows with the pools; 0 scales every pool down. Defaults to 1. "
+        "With scaling.mode external, only the count a new pool starts with.",
+    )
+    scaling: ScalingSpec = Field(
+        default_factory=ScalingSpec,
+        description="Who owns the pools' replica count. Defaults to the operator (spec.replicas).",
     )
     safety: SafetySpec = Field(
         default_factory=SafetySpec, description="Memory safety margins for the planner."
@@ -865,6 +901,12 @@ class VLLMServiceSpec(ApiModel):
         if cap is not None and cap < self.replicas:
             raise FieldProblem(
                 "remediation.maxReplicas", "maxReplicas must be greater than or equal to replicas"
+            )
+        if cap is not None and self.scaling.mode == ScalingMode.EXTERNAL:
+            raise FieldProblem(
+                "remediation.maxReplicas",
+                "maxReplicas cannot be set with scaling.mode external: the autoscaler owns "
+                "replicas",
             )
         if "--served-model-name" in self.vllm.extra_args and self.model.source.pvc is not None:
             raise FieldProblem(

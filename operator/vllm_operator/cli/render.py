@@ -20,6 +20,7 @@ def simulated_groups(labels: list[str], gpus_per_node: int) -> dict[str, GpuNode
             nodes=1,
             schedulable_nodes=1,
             max_gpus_per_node=gpus_per_node,
+            hardware_gpus_per_node=gpus_per_node,
             allocatable_gpus=gpus_per_node,
             node_names=(f"{label.lower()}-0",),
         )

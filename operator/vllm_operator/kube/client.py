@@ -238,6 +238,12 @@ class ApiGateway:
         return self.list_owned(Kind.POD, namespace, selector)
 
     def apply(self, obj: Obj) -> Obj:
+        return self._apply(obj, FIELD_MANAGER, force=True)
+
+    def apply_unforced(self, obj: Obj, field_manager: str) -> Obj:
+        return self._apply(obj, field_manager, force=False)
+
+    def _apply(self, obj: Obj, field_manager: str, *, force: bool) -> Obj:
         kind = Kind(obj["kind"])
         require_kind(kind, APPLIED_KINDS, "apply")
         meta = obj["metadata"]
@@ -252,13 +258,14 @@ class ApiGateway:
                 name,
                 namespace,
                 obj,
-                field_manager=FIELD_MANAGER,
-                force=True,
+                field_manager=field_manager,
+                force=force,
                 _content_type=APPLY,
                 _preload_content=False,
             )
         except ApiException as exc:
-            raise _wrap(exc, f"apply {kind} {namespace}/{name}") from exc
+            who = "" if field_manager == FIELD_MANAGER else f" as {field_manager}"
+            raise _wrap(exc, f"apply {kind} {namespace}/{name}{who}") from exc
         return self._raw(result)
 
     def delete(self, kind: Kind, namespace: str, name: str) -> None:

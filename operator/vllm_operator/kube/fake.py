@@ -31,6 +31,7 @@ from vllm_operator.kube.gateway import (
     DELETED_KINDS,
     LISTED_KINDS,
     READ_KINDS,
+    ConflictError,
     EventRecord,
     GatewayError,
     Kind,
@@ -299,6 +300,27 @@ class FakeGateway:
         require_kind(kind, APPLIED_KINDS, "apply")
         return self._apply(kind, obj, manager)
 
+    def scale(
+        self, namespace: str, name: str, replicas: int, manager: str = "kube-controller-manager"
+    ) -> None:
+        """What an HPA or `kubectl scale` does to a Deployment (not counted as an operator write).
+
+        The scale subresource is an update: a changed value moves ownership of spec.replicas to
+        `manager` (modelled as its forced apply); an unchanged one claims nothing.
+        """
+        live = self.objects[(Kind.DEPLOYMENT, namespace, name)]
+        if (live.get("spec") or {}).get("replicas") == replicas:
+            return
+        self.apply_as(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"replicas": replicas},
+            },
+            manager,
+        )
+
     def total_writes(self) -> int:
         return sum(self.writes.values())
 
@@ -336,6 +358,30 @@ class FakeGateway:
         self._maybe_fail()
         live = self._apply(kind, obj, FIELD_MANAGER)
         self.writes[f"apply:{kind}"] += 1
+        return live
+
+    def apply_unforced(self, obj: Obj, field_manager: str) -> Obj:
+        kind = Kind(obj["kind"])
+        require_kind(kind, APPLIED_KINDS, "apply")
+        self._maybe_fail()
+        meta = obj["metadata"]
+        old = self.objects.get((kind, meta["namespace"], meta["name"]))
+        if old is not None:
+            owners = self._owners.get(old["metadata"]["uid"], {})
+            others = set().union(*(p for m, p in owners.items() if m != field_manager))
+            conflicts = sorted(
+                "/".join(p)
+                for p in _applied_paths(obj) & others
+                if _lookup(old, p) != _lookup(obj, p)
+            )
+            if conflicts:
+                raise ConflictError(
+                    f"apply {kind} {meta['namespace']}/{meta['name']} failed: 409 conflict on "
+                    + ", ".join(conflicts),
+                    409,
+                )
+        live = self._apply(kind, obj, field_manager)
+        self.writes[f"apply_unforced:{kind}"] += 1
         return live
 
     def _apply(self, kind: Kind, obj: Obj, manager: str) -> Obj:

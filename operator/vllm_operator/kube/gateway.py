@@ -122,6 +122,15 @@ class KubeGateway(Protocol):
         own these fields). An invalid name or label is a GatewayError with status 422."""
         ...
 
+    def apply_unforced(self, obj: Obj, field_manager: str) -> Obj:
+        """Server-side apply under another field manager, never forced.
+
+        Used to hand a field over (the replicas of a Deployment given to an autoscaler): the
+        manager shares ownership of the value it sets, and ConflictError means another manager
+        already owns that field with a different value.
+        """
+        ...
+
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
         """Delete a DELETED_KINDS object (missing is fine)."""
         ...

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vllm_operator.api import RemediationMode, VLLMService, VLLMServiceStatus
+from vllm_operator.api import RemediationMode, ScalingMode, VLLMService, VLLMServiceStatus
 from vllm_operator.api.errors import problems_from
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
@@ -36,9 +36,11 @@ from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     ServiceRejected,
+    attach_live,
     plan_pools,
     prepare_service,
 )
+from vllm_operator.reconcile.replicas import hand_over_replicas
 from vllm_operator.reconcile.scheduler import EvaluationScheduler, RetryLater
 from vllm_operator.reconcile.status import (
     budget_note,
@@ -477,6 +479,11 @@ class Controller:
                 conflicts.append(f"Deployment {namespace}/{pool.deployment['metadata']['name']}")
                 pool.deployment_name = None
                 continue
+            if service.spec.scaling.mode == ScalingMode.EXTERNAL:
+                live, writes = hand_over_replicas(
+                    self.gw, pool.deployment, live, service.spec.replicas
+                )
+                outcome.applied.extend(writes)
             if needs_apply(pool.deployment, live):
                 wait = self._settle_wait(namespace, name, generation, pool.deployment, live)
                 if wait > 0:
@@ -504,11 +511,7 @@ class Controller:
                 if needs_apply(obj, live_obj):
                     self.gw.apply(obj)
                     outcome.applied.append(f"{kind}/{obj['metadata']['name']}")
-        for pool in pools:
-            if pool.live is None and pool.deployment_name:
-                pool.live = next(
-                    (d for d in existing if d["metadata"]["name"] == pool.deployment_name), None
-                )
+        attach_live(pools, existing)
 
         if settling > 0:
             # Status stays at the previous generation until the new plan is really rolled.

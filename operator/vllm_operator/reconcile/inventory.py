@@ -4,6 +4,12 @@ The planner needs one set of GPU facts per pool. Nodes are grouped by `nvidia.co
 memory comes from `nvidia.com/gpu.memory` (what the node really has), the catalog filling in
 what the label lacks. MIG nodes under the mixed strategy expose `nvidia.com/mig-<profile>`
 resources instead of `nvidia.com/gpu`, and the pool must request that resource.
+
+Hardware and availability are kept apart (issue #20): what a node *has* (GPU count from capacity,
+allocatable or the `nvidia.com/gpu.count` label, product, memory) decides the plan even while the
+node is cordoned or NotReady, so a control-plane outage longer than the node lease or a cordon
+never turns into a false "infeasible" or a re-plan; whether any node can take pods *now* is
+reported separately (`schedulable_nodes`, `unavailable_nodes`).
 """
 
 from dataclasses import dataclass, field
@@ -25,6 +31,7 @@ LABEL_MEMORY = "nvidia.com/gpu.memory"
 LABEL_CC_MAJOR = "nvidia.com/gpu.compute.major"
 LABEL_CC_MINOR = "nvidia.com/gpu.compute.minor"
 LABEL_FAMILY = "nvidia.com/gpu.family"
+LABEL_COUNT = "nvidia.com/gpu.count"
 RESOURCE_GPU = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
@@ -43,9 +50,27 @@ class GpuNodeGroup(BaseModel):
     resource: str = Field(default=RESOURCE_GPU, description="Extended resource pods request.")
     nodes: int = 0
     schedulable_nodes: int = Field(default=0, description="Ready and not cordoned.")
-    max_gpus_per_node: int = Field(default=0, description="Largest allocatable count on one node.")
+    max_gpus_per_node: int = Field(
+        default=0, description="Largest allocatable count on one schedulable node."
+    )
+    hardware_gpus_per_node: int = Field(
+        default=0,
+        description="Largest GPU count a node of the product has, whatever its state (capacity, "
+        "allocatable or the gpu.count label).",
+    )
     allocatable_gpus: int = Field(default=0, description="Sum over schedulable nodes.")
     node_names: tuple[str, ...] = ()
+    unavailable_nodes: tuple[str, ...] = Field(
+        default=(), description='Nodes that cannot take pods now, as "name (why)".'
+    )
+
+    @property
+    def planning_gpus_per_node(self) -> int:
+        """GPUs per node the plan may use: what a schedulable node offers while there is one (pods
+        must fit it), else the hardware of any node (the plan stays what it was while they are
+        cordoned or NotReady, so nothing is re-planned or called infeasible meanwhile).
+        """
+        return self.max_gpus_per_node or self.hardware_gpus_per_node
 
 
 def _as_dict(value: object) -> dict[str, object]:
@@ -77,6 +102,29 @@ def _gpu_resource(allocatable: dict[str, object], product: str) -> tuple[str, in
     return RESOURCE_GPU, _int(allocatable.get(RESOURCE_GPU, 0))
 
 
+def _hardware_gpus(status: dict[str, object], labels: dict[str, object], resource: str) -> int:
+    """GPUs the node has, independent of its state: a NotReady node keeps its last capacity, a
+    restarting device plugin reports allocatable 0 while GFD's count label stays."""
+    capacity = _as_dict(status.get("capacity"))
+    allocatable = _as_dict(status.get("allocatable"))
+    counts = [_int(capacity.get(resource)), _int(allocatable.get(resource))]
+    if resource == RESOURCE_GPU:  # gpu.count counts physical GPUs, not MIG slices
+        counts.append(_int(labels.get(LABEL_COUNT)))
+    return max(counts)
+
+
+def _unavailable_because(node: dict[str, object], gpus: int, resource: str) -> str:
+    """Why a node cannot take GPU pods now, or "" when it can."""
+    why = []
+    if _as_dict(node.get("spec")).get("unschedulable"):
+        why.append("cordoned")
+    if not _node_ready(node):
+        why.append("NotReady")
+    if not why and gpus <= 0:
+        why.append(f"no allocatable {resource}")
+    return ", ".join(why)
+
+
 @dataclass
 class _Acc:
     resource: str
@@ -85,8 +133,10 @@ class _Acc:
     nodes: int = 0
     schedulable_nodes: int = 0
     max_gpus_per_node: int = 0
+    hardware_gpus_per_node: int = 0
     allocatable_gpus: int = 0
     node_names: list[str] = field(default_factory=list)
+    unavailable_nodes: list[str] = field(default_factory=list)
 
 
 def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
@@ -98,12 +148,16 @@ def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
         product = labels.get(LABEL_PRODUCT)
         if not isinstance(product, str) or not product:
             continue
-        allocatable = _as_dict(_as_dict(node.get("status")).get("allocatable"))
+        status = _as_dict(node.get("status"))
+        allocatable = _as_dict(status.get("allocatable"))
         resource, gpus = _gpu_resource(allocatable, product)
-        schedulable = _node_ready(node) and not _as_dict(node.get("spec")).get("unschedulable")
+        hardware = max(gpus, _hardware_gpus(status, labels, resource))
+        unavailable = _unavailable_because(node, gpus, resource)
         acc = groups.setdefault(product, _Acc(resource=resource))
         acc.nodes += 1
-        acc.node_names.append(str(meta.get("name", "")))
+        node_name = str(meta.get("name", ""))
+        acc.node_names.append(node_name)
+        acc.hardware_gpus_per_node = max(acc.hardware_gpus_per_node, hardware)
         memory = _int(labels.get(LABEL_MEMORY))
         if memory > 0:
             # Mixed memory labels under one product (driver differences): plan for the smallest.
@@ -116,7 +170,9 @@ def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
             acc.compute_capability = (
                 cc if acc.compute_capability is None else min(acc.compute_capability, cc)
             )
-        if schedulable and gpus > 0:
+        if unavailable:
+            acc.unavailable_nodes.append(f"{node_name} ({unavailable})")
+        else:
             acc.schedulable_nodes += 1
             acc.allocatable_gpus += gpus
             acc.max_gpus_per_node = max(acc.max_gpus_per_node, gpus)
@@ -129,8 +185,10 @@ def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
             nodes=acc.nodes,
             schedulable_nodes=acc.schedulable_nodes,
             max_gpus_per_node=acc.max_gpus_per_node,
+            hardware_gpus_per_node=acc.hardware_gpus_per_node,
             allocatable_gpus=acc.allocatable_gpus,
             node_names=tuple(sorted(acc.node_names)),
+            unavailable_nodes=tuple(sorted(acc.unavailable_nodes)),
         )
         for product, acc in sorted(groups.items())
     }

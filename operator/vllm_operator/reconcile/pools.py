@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
+from vllm_operator.api.spec import ScalingMode
 from vllm_operator.api.status import Override
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError
@@ -21,7 +22,12 @@ from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
 from vllm_operator.planning.alternatives import Infeasible
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.plan import plan_pool
-from vllm_operator.reconcile.inventory import GpuNodeGroup, gpu_facts, match_groups
+from vllm_operator.reconcile.inventory import (
+    GpuNodeGroup,
+    canonical_label,
+    gpu_facts,
+    match_groups,
+)
 from vllm_operator.remediation.overrides import effective_args
 from vllm_operator.rendering.args import (
     ArgsRejected,
@@ -30,7 +36,11 @@ from vllm_operator.rendering.args import (
     engine_argv,
     validate_extra_args,
 )
-from vllm_operator.rendering.names import ANNOTATION_PLAN_HASH, deployment_name
+from vllm_operator.rendering.names import (
+    ANNOTATION_GPU_TYPE,
+    ANNOTATION_PLAN_HASH,
+    deployment_name,
+)
 from vllm_operator.rendering.workload import PoolRender, render_deployment
 
 Obj = dict[str, Any]
@@ -74,7 +84,13 @@ class PoolOutcome:
     deployment_name: str | None = None
     summary: str = ""
     applied_message: str = ""
+    unavailable: str = ""
     live: Obj | None = field(default=None, repr=False)
+
+    @property
+    def has_capacity(self) -> bool:
+        """Some node of the pool's GPU type can take pods now (Ready, not cordoned)."""
+        return not self.unavailable
 
 
 def check_service_rules(service: VLLMService) -> None:
@@ -113,23 +129,36 @@ def plan_pools(
     measured_free_mib: dict[str, float] | None = None,
     overrides: Sequence[Override] = (),
 ) -> list[PoolOutcome]:
-    """Plan every allowed GPU type; types without nodes become NoMatchingNodes pools."""
+    """Plan every allowed GPU type; types without nodes become NoMatchingNodes pools.
+
+    A type whose nodes are all cordoned or NotReady is still planned from their hardware: it
+    is unavailable (`PoolOutcome.unavailable`), never infeasible.
+    """
     service = prepared.service
     spec = service.spec
     outcomes: list[PoolOutcome] = []
     matched: list[tuple[str, GpuNodeGroup]] = []
     for gpu_type in spec.placement.gpu_types:
         found = match_groups(gpu_type, groups)
-        if not found:
+        known = [g for g in found if g.planning_gpus_per_node > 0]
+        if not known:
+            # No node, or nodes that advertise no GPU at all yet (device plugin starting).
+            message = f"no node has nvidia.com/gpu.product={gpu_type}"
+            if found:
+                message = f"no node with nvidia.com/gpu.product={gpu_type} advertises a GPU: " + (
+                    ", ".join(n for g in found for n in g.unavailable_nodes)
+                )
             outcomes.append(
                 PoolOutcome(
                     gpu_type=gpu_type,
                     product=None,
                     feasible=True,
                     reason=Reason.NO_MATCHING_NODES,
-                    message=f"no schedulable node has nvidia.com/gpu.product={gpu_type}",
+                    message=message,
+                    unavailable=message,
                 )
             )
+        found = known
         matched.extend((gpu_type, g) for g in found if (gpu_type, g) not in matched)
 
     facts: dict[str, GpuFacts] = {}
@@ -169,8 +198,14 @@ def _plan_group(
 ) -> PoolOutcome:
     service, spec = prepared.service, prepared.service.spec
     name = deployment_name(service.name, group.product)
-    # Tensor parallelism must fit on one node of the pool.
-    cap = min(spec.placement.max_gpus_per_replica, max(1, group.max_gpus_per_node))
+    # Tensor parallelism must fit on one node of the pool: its hardware decides, not whether it
+    # is cordoned or NotReady right now (that is availability, reported apart).
+    cap = min(spec.placement.max_gpus_per_replica, max(1, group.planning_gpus_per_node))
+    unavailable = (
+        ""
+        if group.schedulable_nodes
+        else f"no schedulable node of {group.product}: " + ", ".join(group.unavailable_nodes)
+    )
     intent = prepared.intent.model_copy(update={"max_gpus_per_replica": cap})
     measured = (measured_free_mib or {}).get(group.product)
     result = plan_pool(
@@ -188,12 +223,16 @@ def _plan_group(
             reason=Reason.INFEASIBLE,
             message="; ".join(r.rstrip(".") for r in result.reasons) + "." + _alternatives(result),
             deployment_name=name,
+            unavailable=unavailable,
         )
     # Remediation overrides (status.overrides) apply on top of the plan; the status keeps the
     # plan itself, so the policy always measures its steps against what was planned.
     effective = effective_args(result.engine_args, overrides, group.product)
     args = effective.engine
-    replicas = effective.replicas or spec.replicas
+    # With an external autoscaler the replica count is not ours to render (nor remediation's:
+    # maxReplicas is refused with it); the controller hands the field over on the first apply.
+    external = spec.scaling.mode == ScalingMode.EXTERNAL
+    replicas = None if external else (effective.replicas or spec.replicas)
     try:
         argv = engine_argv(
             spec.vllm.version,
@@ -210,6 +249,7 @@ def _plan_group(
             reason=exc.reason,
             message=str(exc),
             deployment_name=name,
+            unavailable=unavailable,
         )
     image, command, model_args = container_for(service)
     tp = args.tensor_parallel_size  # the planner never splits a replica into pipeline stages
@@ -245,6 +285,8 @@ def _plan_group(
         product=group.product,
         feasible=True,
         reason=Reason.PLANNED,
+        message=unavailable,
+        unavailable=unavailable,
         plan=status_plan,
         deployment=deployment,
         deployment_name=name,
@@ -253,3 +295,30 @@ def _plan_group(
             f"Applied plan {status_plan.hash} to Deployment {name}{applied_overrides}: {summary}"
         ),
     )
+
+
+def attach_live(pools: Sequence[PoolOutcome], existing: Sequence[Obj]) -> None:
+    """Give each pool without a live Deployment the existing owned one of its GPU type.
+
+    Why by GPU type and not only by name: a pool whose nodes are gone has no plan and hence no
+    derived name, yet its Deployment still exists and wants replicas; status must show it (issue
+    #20: `ready 0/0` and `deployment: null` hid a service without capacity).
+    """
+    claimed = {id(p.live) for p in pools if p.live is not None}
+    for pool in pools:
+        if pool.live is not None:
+            continue
+        for dep in existing:
+            meta = dep.get("metadata") or {}
+            if id(dep) in claimed:
+                continue
+            by_name = pool.deployment_name is not None and meta.get("name") == pool.deployment_name
+            gpu = str((meta.get("annotations") or {}).get(ANNOTATION_GPU_TYPE, ""))
+            by_type = pool.deployment_name is None and pool.reason == Reason.NO_MATCHING_NODES
+            if by_name or (
+                by_type and gpu and canonical_label(gpu) == canonical_label(pool.gpu_type)
+            ):
+                pool.live = dep
+                pool.deployment_name = str(meta.get("name"))
+                claimed.add(id(dep))
+                break

@@ -24,12 +24,13 @@ from vllm_operator.api.conditions import (
 )
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
-from vllm_operator.api.status import PoolStatus, VLLMServiceStatus
+from vllm_operator.api.spec import ScalingMode
+from vllm_operator.api.status import PoolPlan, PoolStatus, VLLMServiceStatus
 from vllm_operator.reconcile.budgets import MeasuredBudgets
 from vllm_operator.reconcile.inventory import canonical_label
 from vllm_operator.reconcile.observed import kept_observation
 from vllm_operator.reconcile.pools import PoolOutcome
-from vllm_operator.rendering.names import gpu_short_name
+from vllm_operator.rendering.names import ANNOTATION_PLAN_HASH, gpu_short_name
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,43 @@ def ready_counts(pool: PoolOutcome) -> tuple[int, int]:
     return spec_replicas, ready
 
 
+def replica_failure(pool: PoolOutcome) -> str:
+    """Why the pool's Deployment cannot make pods, as the Deployment controller says it.
+
+    The Deployment controller copies its ReplicaSets' `ReplicaFailure` condition (reason
+    FailedCreate: quota, Pod Security, a webhook) onto the Deployment and sets
+    `Progressing=False ProgressDeadlineExceeded` when a rollout stalls; both are quoted so that
+    the cause is in the service's status, not only in the ReplicaSet's Events.
+    """
+    found = []
+    for cond in ((pool.live or {}).get("status") or {}).get("conditions") or []:
+        if not isinstance(cond, dict):
+            continue
+        type_, status, reason = cond.get("type"), cond.get("status"), cond.get("reason")
+        if (type_ == "ReplicaFailure" and status == "True") or (
+            type_ == "Progressing" and status == "False" and reason == "ProgressDeadlineExceeded"
+        ):
+            found.append(f"{type_} {reason or 'Unknown'}: {cond.get('message') or ''}".rstrip(": "))
+    return "; ".join(found)
+
+
+def starved(pool: PoolOutcome) -> bool:
+    """The pool's Deployment wants replicas, none is ready and no node can take a pod now."""
+    desired, ready = ready_counts(pool)
+    return desired > 0 and ready == 0 and not pool.has_capacity
+
+
+def _kept_plan(old: list[PoolStatus], pool: PoolOutcome) -> PoolPlan | None:
+    """The plan its live Deployment still runs when the pool cannot be planned now (no nodes)."""
+    if pool.plan is not None or pool.live is None:
+        return pool.plan
+    running = ((pool.live.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PLAN_HASH)
+    before = next((p for p in old if p.gpu_type == pool.gpu_type), None)
+    if before is not None and before.plan is not None and before.plan.hash == running:
+        return before.plan
+    return None
+
+
 def rollout_done(pool: PoolOutcome) -> bool:
     """The Deployment controller has observed the current generation and fully rolled it out."""
     live = pool.live or {}
@@ -171,6 +209,14 @@ def _join(pools: list[PoolOutcome]) -> str:
     return "; ".join(f"{p.gpu_type}: {p.message}" for p in pools)
 
 
+def _starved_message(pool: PoolOutcome) -> str:
+    desired, _ = ready_counts(pool)
+    return (
+        f"{pool.gpu_type}: Deployment {pool.deployment_name} wants {desired} replica(s), "
+        f"no ready replicas and no schedulable nodes ({pool.unavailable})"
+    )
+
+
 def service_status(
     service: VLLMService,
     old: VLLMServiceStatus,
@@ -185,10 +231,17 @@ def service_status(
     """
     pool_status: list[PoolStatus] = []
     desired_total = ready_total = 0
+    failures: dict[str, str] = {}
     for pool in pools:
         replicas, ready = ready_counts(pool)
         desired_total += replicas
         ready_total += ready
+        failure = replica_failure(pool)
+        if failure:
+            failures[pool.gpu_type] = (
+                f"{pool.gpu_type}: Deployment {pool.deployment_name} {failure}"
+            )
+        plan = _kept_plan(old.pools, pool)
         pool_status.append(
             PoolStatus(
                 gpu_type=pool.gpu_type,
@@ -196,19 +249,25 @@ def service_status(
                 replicas=replicas,
                 ready_replicas=ready,
                 feasible=pool.feasible,
-                plan=pool.plan,
-                message=pool.message or None,
-                observed=kept_observation(old.pools, pool.gpu_type, pool.plan),
+                plan=plan,
+                message="; ".join(m for m in (pool.message, failure) if m) or None,
+                observed=kept_observation(old.pools, pool.gpu_type, plan),
             )
         )
     planned = [p for p in pools if p.feasible and p.deployment is not None]
+    # With scaling.mode external the replica counts above are the live Deployments' (what the
+    # autoscaler set), never spec.replicas.
+    external = service.spec.scaling.mode == ScalingMode.EXTERNAL
     infeasible = [p for p in pools if not p.feasible]
     no_nodes = [p for p in pools if p.reason == Reason.NO_MATCHING_NODES]
+    rolling = [p for p in planned if not rollout_done(p)]
 
     feasible: _Verdict
     progressing: _Verdict
     ready_cond: _Verdict
     degraded: _Verdict
+    # Feasibility is judged on the GPU types' hardware (cordoned / NotReady nodes are planned);
+    # availability (schedulable nodes now) only ever shows in Progressing, Ready and Degraded.
     if planned and not infeasible:
         feasible = ("True", Reason.ALL_POOLS_PLANNED, plan_summary(service, planned) + note)
     elif planned:
@@ -224,11 +283,17 @@ def service_status(
 
     if not planned and no_nodes:
         progressing = ("False", Reason.NO_MATCHING_NODES, _join(no_nodes))
-    elif planned and not all(rollout_done(p) for p in planned):
+    elif rolling and not any(p.has_capacity for p in rolling):
+        # Nothing can progress until a node of the type is uncordoned or Ready again.
+        progressing = ("False", Reason.NO_MATCHING_NODES, _join(rolling))
+    elif rolling:
         progressing = (
             "True",
             Reason.ROLLING_OUT,
-            f"{ready_total}/{desired_total} replicas ready on the current plan",
+            "; ".join(
+                [f"{ready_total}/{desired_total} replicas ready on the current plan"]
+                + [failures[p.gpu_type] for p in rolling if p.gpu_type in failures]
+            ),
         )
     elif planned:
         progressing = ("False", Reason.ROLLOUT_COMPLETE, "Every pool runs its current plan")
@@ -241,8 +306,11 @@ def service_status(
             Reason.ALL_POOLS_READY,
             f"{ready_total}/{desired_total} replicas ready",
         )
-    elif service.spec.replicas == 0 and planned:
+    elif service.spec.replicas == 0 and planned and not external:
         ready_cond = ("True", Reason.SCALED_TO_ZERO, "spec.replicas is 0")
+    elif external and planned and desired_total == 0:
+        # An autoscaler (KEDA's minReplicaCount 0) parked every pool: idle on purpose.
+        ready_cond = ("True", Reason.SCALED_TO_ZERO, "the autoscaler scaled every pool to 0")
     else:
         ready_cond = (
             "False",
@@ -250,12 +318,18 @@ def service_status(
             f"{ready_total}/{desired_total} replicas ready",
         )
 
-    problems = infeasible + (no_nodes if planned else [])
-    degraded = (
-        ("True", Reason.POOLS_UNAVAILABLE, _join(problems))
-        if problems
-        else ("False", Reason.AS_EXPECTED, "")
-    )
+    unavailable = {id(p) for p in infeasible + (no_nodes if planned else [])}
+    problems = list(failures.values()) + [
+        _starved_message(p) if starved(p) else f"{p.gpu_type}: {p.message}"
+        for p in pools
+        if id(p) in unavailable or starved(p)
+    ]
+    if failures:
+        degraded = ("True", Reason.REPLICA_FAILURE, "; ".join(problems))
+    elif problems:
+        degraded = ("True", Reason.POOLS_UNAVAILABLE, "; ".join(problems))
+    else:
+        degraded = ("False", Reason.AS_EXPECTED, "")
     conds = apply_conditions(
         old.conditions,
         [
@@ -268,7 +342,9 @@ def service_status(
         generation,
     )
     summary = ",".join(
-        f"{gpu_short_name(p.product or p.gpu_type).upper()}x{ready_counts(p)[0]}" for p in planned
+        f"{gpu_short_name(p.product or p.gpu_type).upper()}x{ready_counts(p)[0]}"
+        for p in pools
+        if (p.feasible and p.deployment is not None) or p.live is not None
     )
     return old.model_copy(
         update={
@@ -339,7 +415,9 @@ __all__ = [
     "plan_summary",
     "ready_counts",
     "rejected_status",
+    "replica_failure",
     "rollout_done",
     "service_status",
+    "starved",
     "transition_events",
 ]

@@ -54,6 +54,11 @@ class CountingGateway:
         m.API_WRITES.labels("apply").inc()
         return live
 
+    def apply_unforced(self, obj: Obj, field_manager: str) -> Obj:
+        live = self.inner.apply_unforced(obj, field_manager)
+        m.API_WRITES.labels("apply").inc()
+        return live
+
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
         self.inner.delete(kind, namespace, name)
         m.API_WRITES.labels("delete").inc()

@@ -52,7 +52,12 @@ class PoolRender(BaseModel):
     gpu_type: str = Field(description="GPU Feature Discovery product label of the pool's nodes.")
     gpu_resource: str = Field(default="nvidia.com/gpu", description="Extended resource to request.")
     gpus_per_replica: int = Field(ge=1, description="Tensor x pipeline parallel size.")
-    replicas: int = Field(ge=0)
+    replicas: int | None = Field(
+        ge=0,
+        description="spec.replicas of the Deployment; None leaves it out of the applied "
+        "configuration, so the operator's field manager does not own it (scaling.mode external: "
+        "an autoscaler does).",
+    )
     image: str
     command: list[str] = Field(description="Container command, e.g. ['vllm', 'serve'].")
     model_args: list[str] = Field(description="The model argument(s) in the version's form.")
@@ -225,6 +230,7 @@ def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
         "securityContext": container_security_context(service.spec.security),
     }
     rollout = service.spec.rollout
+    replicas: Obj = {} if pool.replicas is None else {"replicas": pool.replicas}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -233,7 +239,7 @@ def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
             "annotations": {ANNOTATION_PLAN_HASH: hash_, ANNOTATION_GPU_TYPE: pool.gpu_type},
         },
         "spec": {
-            "replicas": pool.replicas,
+            **replicas,
             "selector": {"matchLabels": pool_selector_labels(service.name, pool.gpu_type)},
             "strategy": {
                 "type": "RollingUpdate",
