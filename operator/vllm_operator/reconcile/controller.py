@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from vllm_operator.api import RemediationMode, ScalingMode, VLLMService, VLLMServiceStatus
-from vllm_operator.api.errors import problems_from
+from vllm_operator.api.manifests import ServiceInvalid, check_service
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
 from vllm_operator.kube.gateway import (
@@ -439,9 +439,11 @@ class Controller:
         self._note_generation(namespace, name, generation)
 
         try:
-            service = VLLMService.model_validate(body)
-        except ValidationError as exc:
-            problems = "; ".join(str(p) for p in problems_from(exc, VLLMService))
+            # The validation `validate`, `plan` and `render` use (strict, as the API server's
+            # decoder types values); status is the operator's own and parsed apart.
+            service = check_service({k: v for k, v in body.items() if k != "status"})
+        except ServiceInvalid as exc:
+            problems = "; ".join(str(p) for p in exc.problems)
             status = rejected_status(old_status, Reason.INVALID_SPEC, problems, now, generation)
             self._write_status(body, old_status, status, outcome)
             return outcome
