@@ -48,13 +48,22 @@ METHODS: dict[str, set[Grant]] = {
 }
 
 # What Kopf itself calls (handlers/registrations.py): it lists and watches every resource with a
-# handler, patches its bookkeeping annotations on the VLLMService (progress and diff-base storage
+# handler (the watch caches' index handlers: VLLMServices, Deployments, Services, PDBs, pods and
+# nodes), patches its bookkeeping annotations on the VLLMService (progress and diff-base storage
 # are annotations, never status), and lists/watches CRDs for resource discovery.
 KOPF: set[Grant] = {
     ("serving.vllm-operator.dev", "vllmservices", "list"),
     ("serving.vllm-operator.dev", "vllmservices", "watch"),
     ("serving.vllm-operator.dev", "vllmservices", "patch"),
+    ("apps", "deployments", "list"),
     ("apps", "deployments", "watch"),
+    ("", "services", "list"),
+    ("", "services", "watch"),
+    ("policy", "poddisruptionbudgets", "list"),
+    ("policy", "poddisruptionbudgets", "watch"),
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "nodes", "list"),
     ("", "nodes", "watch"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),

@@ -7,6 +7,7 @@ from prometheus_client import start_http_server
 
 from vllm_operator.handlers import registrations
 from vllm_operator.hub.resolver import HubArchitectureResolver, NoTokenSecrets, SecretReader
+from vllm_operator.kube.cache import CachedGateway, WatchCache
 from vllm_operator.kube.client import ApiGateway, connection_info, in_cluster, load_config
 from vllm_operator.metrics.operator_metrics import REGISTRY
 from vllm_operator.metrics.signals import (
@@ -16,6 +17,7 @@ from vllm_operator.metrics.signals import (
     PrometheusSignals,
 )
 from vllm_operator.reconcile.controller import Controller
+from vllm_operator.reconcile.writes import CountingGateway
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +35,12 @@ def run_operator(
 ) -> None:
     """Block running the operator until it is stopped."""
     api_client = load_config(kubeconfig)
-    gateway = ApiGateway(api_client)
-    secrets: SecretReader = gateway if read_token_secrets else NoTokenSecrets()
+    api = ApiGateway(api_client)
+    secrets: SecretReader = api if read_token_secrets else NoTokenSecrets()
+    # Reads come from the watch caches Kopf's handlers feed; what still reaches the API server
+    # (before the initial sync, on a miss or after a conflict) is counted below the cache.
+    cache = WatchCache(namespaces)
+    gateway = CachedGateway(CountingGateway(api, count_reads=True, count_writes=False), cache)
     signals = None
     if prometheus_url:
         if gpu_memory_metric == "probe":
@@ -59,6 +65,7 @@ def run_operator(
         ),
         connection=connection_info(api_client),
         in_cluster=in_cluster(),
+        cache=cache,
     )
     start_http_server(metrics_port, registry=REGISTRY)
     log.info("Started metrics endpoint port=%s", metrics_port)

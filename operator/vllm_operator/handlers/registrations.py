@@ -14,6 +14,8 @@ from typing import Any
 import kopf
 
 from vllm_operator.api.service import GROUP, PLURAL, VERSION
+from vllm_operator.kube.cache import WatchCache
+from vllm_operator.kube.gateway import Kind
 from vllm_operator.reconcile.controller import Controller, RetryableError
 from vllm_operator.rendering.names import LABEL_MANAGED_BY, MANAGED_BY
 
@@ -30,7 +32,10 @@ WATCH_CONNECT_TIMEOUT = 5.0
 
 
 def operator_memo(
-    controller: Controller, connection: dict[str, Any] | None = None, in_cluster: bool = False
+    controller: Controller,
+    connection: dict[str, Any] | None = None,
+    in_cluster: bool = False,
+    cache: WatchCache | None = None,
 ) -> kopf.Memo:
     """What every handler receives as `memo` (passed to `kopf.run(memo=...)`).
 
@@ -41,12 +46,89 @@ def operator_memo(
         connection=connection,
         in_cluster=in_cluster,
         scheduler_stop=threading.Event(),
+        cache=cache,
     )
 
 
 def _controller(memo: kopf.Memo) -> Controller:
+    """The controller, for a handler past Kopf's indexing gate.
+
+    Kopf runs no handler but index handlers until the initial list of every indexed resource has
+    gone through the index handlers below, so any other handler running proves the watch cache
+    holds every object that existed at start: its misses are authoritative from now on.
+    """
+    cache: WatchCache | None = memo.get("cache")
+    if cache is not None:
+        cache.mark_synced()
     controller: Controller = memo["controller"]
     return controller
+
+
+# -- watch caches (#21): index handlers feed the cache, before any other handler runs ------------
+# Index handlers run for the initial listing and every change (not for deletions: the event
+# handlers below forward those). They return None, so Kopf's own indices stay empty; what they
+# buy is Kopf's gate. No label filter here: the cache stores only managed-by objects and
+# remembers the names of others, so that a miss is authoritative (see kube/cache.py).
+
+
+def _observe(memo: kopf.Memo, kind: Kind, event_type: str | None, body: kopf.Body) -> None:
+    cache: WatchCache | None = memo.get("cache")
+    if cache is not None:
+        cache.observe(kind, event_type, dict(body))
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+async def cache_service(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+    _observe(memo, Kind.VLLM_SERVICE, None, body)
+
+
+@kopf.index("apps", "v1", "deployments")
+async def cache_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+    _observe(memo, Kind.DEPLOYMENT, None, body)
+
+
+@kopf.index("", "v1", "services")
+async def cache_kube_service(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+    _observe(memo, Kind.SERVICE, None, body)
+
+
+@kopf.index("policy", "v1", "poddisruptionbudgets")
+async def cache_pdb(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+    _observe(memo, Kind.PDB, None, body)
+
+
+@kopf.index("", "v1", "pods")
+async def cache_pod(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+    _observe(memo, Kind.POD, None, body)
+
+
+@kopf.index("", "v1", "nodes")
+async def cache_node(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+    _observe(memo, Kind.NODE, None, body)
+
+
+@kopf.on.event("", "v1", "services")
+async def forget_kube_service(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
+    if type == "DELETED":
+        _observe(memo, Kind.SERVICE, type, body)
+
+
+@kopf.on.event("policy", "v1", "poddisruptionbudgets")
+async def forget_pdb(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
+    if type == "DELETED":
+        _observe(memo, Kind.PDB, type, body)
+
+
+@kopf.on.event("", "v1", "pods")
+async def forget_pod(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
+    if type == "DELETED":
+        _observe(memo, Kind.POD, type, body)
+
+
+@kopf.on.event("apps", "v1", "deployments")
+async def forget_deployment(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
+    if type == "DELETED":
+        _observe(memo, Kind.DEPLOYMENT, type, body)
 
 
 @kopf.on.login()
@@ -111,11 +193,17 @@ def on_service(memo: kopf.Memo, namespace: str | None, name: str | None, **_: An
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def on_service_event(
-    memo: kopf.Memo, type: str | None, namespace: str | None, name: str | None, **_: Any
+    memo: kopf.Memo,
+    type: str | None,
+    namespace: str | None,
+    name: str | None,
+    body: kopf.Body,
+    **_: Any,
 ) -> None:
     """A deleted service is forgotten. Watching, not a deletion handler: no finalizer is needed,
     so deleting a VLLMService never waits for the operator (children go by owner references)."""
     if type == "DELETED":
+        _observe(memo, Kind.VLLM_SERVICE, type, body)
         _controller(memo).forget(namespace or "default", name or "")
 
 
@@ -132,6 +220,8 @@ def on_owned_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
 @kopf.on.event("", "v1", "nodes")
 def on_node(memo: kopf.Memo, body: kopf.Body, type: str | None, **_: Any) -> None:
     """GPU nodes appearing, changing labels or capacity re-plan the services they can serve."""
+    if type == "DELETED":
+        _observe(memo, Kind.NODE, type, body)
     for key in _controller(memo).services_affected_by_node(dict(body), deleted=type == "DELETED"):
         try:
             _reconcile(memo, *key)

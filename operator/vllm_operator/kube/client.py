@@ -279,7 +279,7 @@ class ApiGateway:
             if exc.status != 404:
                 raise _wrap(exc, f"delete {kind} {namespace}/{name}") from exc
 
-    def apply_status(self, namespace: str, name: str, status: Obj) -> None:
+    def apply_status(self, namespace: str, name: str, status: Obj) -> Obj | None:
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "VLLMService",
@@ -287,7 +287,7 @@ class ApiGateway:
             "status": status,
         }
         try:
-            self.custom.patch_namespaced_custom_object_status(
+            written = self.custom.patch_namespaced_custom_object_status(
                 GROUP,
                 VERSION,
                 namespace,
@@ -300,6 +300,7 @@ class ApiGateway:
             )
         except ApiException as exc:
             raise _wrap(exc, f"apply status of {namespace}/{name}") from exc
+        return cast(Obj, written) if isinstance(written, dict) else None
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         try:

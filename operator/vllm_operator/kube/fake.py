@@ -456,13 +456,14 @@ class FakeGateway:
             self._owners.pop(gone["metadata"]["uid"], None)
             self.writes[f"delete:{kind}"] += 1
 
-    def apply_status(self, namespace: str, name: str, status: Obj) -> None:
+    def apply_status(self, namespace: str, name: str, status: Obj) -> Obj | None:
         self._maybe_fail()
         key = (Kind.VLLM_SERVICE, namespace, name)
         if key not in self.objects:
             raise GatewayError(f"apply status of {namespace}/{name} failed: 404 Not Found", 404)
         self.objects[key]["status"] = _without_nulls(copy.deepcopy(status))
         self.writes["status"] += 1
+        return copy.deepcopy(self.objects[key])
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         return self.secrets.get((namespace, name), {}).get(key)

@@ -135,8 +135,11 @@ class KubeGateway(Protocol):
         """Delete a DELETED_KINDS object (missing is fine)."""
         ...
 
-    def apply_status(self, namespace: str, name: str, status: Obj) -> None:
-        """Server-side apply of the VLLMService status subresource (404 when it is missing)."""
+    def apply_status(self, namespace: str, name: str, status: Obj) -> Obj | None:
+        """Server-side apply of the VLLMService status subresource (404 when it is missing).
+
+        Returns the VLLMService as written when the implementation has it (the watch cache keeps
+        it, so the next read sees this status before the watch event arrives)."""
         ...
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:

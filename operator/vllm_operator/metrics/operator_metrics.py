@@ -36,6 +36,13 @@ API_WRITES = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+API_READS = Counter(
+    "vllm_operator_api_reads",
+    "Read calls that reached the Kubernetes API (the watch caches answer the rest), by verb and "
+    "kind (get:Deployment, list:Pod, ...).",
+    ["kind"],
+    registry=REGISTRY,
+)
 PLANS = Gauge(
     "vllm_operator_pool_plans",
     "Pools of all VLLMServices by GPU type and feasibility (the latest plan of each service).",

@@ -17,32 +17,53 @@ from vllm_operator.metrics import operator_metrics as m
 class CountingGateway:
     """A KubeGateway that counts each write by kind (apply, delete, status, event, pod, eviction).
 
-    Reads pass through unchanged; `inner` is the real or the in-memory gateway.
+    `inner` is the real or the in-memory gateway. Reads pass through, counted only with
+    `count_reads` (`vllm_operator_api_reads_total`): the operator wraps the real gateway in a
+    read-counting one *below* its watch cache, so the metric counts what reaches the API server,
+    not what the cache answers.
     """
 
-    def __init__(self, inner: KubeGateway) -> None:
+    def __init__(
+        self, inner: KubeGateway, *, count_reads: bool = False, count_writes: bool = True
+    ) -> None:
         self.inner = inner
+        self._count_reads = count_reads
+        self._count_writes = count_writes
+
+    def _wrote(self, what: str) -> None:
+        if self._count_writes:
+            m.API_WRITES.labels(what).inc()
+
+    def _read(self, what: str) -> None:
+        if self._count_reads:
+            m.API_READS.labels(what).inc()
 
     # -- reads ---------------------------------------------------------------------------------
 
     def list_nodes(self) -> list[Obj]:
+        self._read("list:Node")
         return self.inner.list_nodes()
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        self._read(f"get:{kind}")
         return self.inner.get(kind, namespace, name)
 
     def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        self._read(f"list:{kind}")
         return self.inner.list_owned(kind, namespace, selector)
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        self._read("list:Pod")
         return self.inner.list_pods(namespace, selector)
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
+        self._read("get:Secret")
         return self.inner.read_secret_key(namespace, name, key)
 
     def read_pod_log(
         self, namespace: str, pod: str, container: str, *, previous: bool, tail_lines: int
     ) -> str | None:
+        self._read("log:Pod")
         return self.inner.read_pod_log(
             namespace, pod, container, previous=previous, tail_lines=tail_lines
         )
@@ -51,36 +72,37 @@ class CountingGateway:
 
     def apply(self, obj: Obj) -> Obj:
         live = self.inner.apply(obj)
-        m.API_WRITES.labels("apply").inc()
+        self._wrote("apply")
         return live
 
     def apply_unforced(self, obj: Obj, field_manager: str) -> Obj:
         live = self.inner.apply_unforced(obj, field_manager)
-        m.API_WRITES.labels("apply").inc()
+        self._wrote("apply")
         return live
 
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
         self.inner.delete(kind, namespace, name)
-        m.API_WRITES.labels("delete").inc()
+        self._wrote("delete")
 
-    def apply_status(self, namespace: str, name: str, status: Obj) -> None:
-        self.inner.apply_status(namespace, name, status)
-        m.API_WRITES.labels("status").inc()
+    def apply_status(self, namespace: str, name: str, status: Obj) -> Obj | None:
+        live = self.inner.apply_status(namespace, name, status)
+        self._wrote("status")
+        return live
 
     def emit_event(self, event: EventRecord) -> None:
         self.inner.emit_event(event)
-        m.API_WRITES.labels("event").inc()
+        self._wrote("event")
 
     def patch_pod_metadata(
         self, namespace: str, pod: str, labels: dict[str, str], annotations: dict[str, str]
     ) -> None:
         self.inner.patch_pod_metadata(namespace, pod, labels, annotations)
-        m.API_WRITES.labels("pod").inc()
+        self._wrote("pod")
 
     def evict_pod(self, namespace: str, pod: str) -> bool:
         evicted = self.inner.evict_pod(namespace, pod)
         if evicted:
-            m.API_WRITES.labels("eviction").inc()
+            self._wrote("eviction")
         return evicted
 
 

@@ -1,0 +1,321 @@
+"""Watch caches: the objects the operator reads, kept in memory from Kopf's watch streams.
+
+Why: every reconcile and every remediation evaluation read the VLLMService, its Deployments,
+Service, PDB, pods and all nodes from the API server. At 1000 services an operator with nothing
+to do sent ~225 GETs and lists per second (#21). Kopf already watches these kinds; its events feed
+`WatchCache` (handlers only forward bodies), and `CachedGateway` answers the KubeGateway reads
+from memory, so a no-op reconcile and an idle evaluation cost no API call.
+
+Rules that keep the memory view correct:
+
+- Only what the operator owns is stored whole: Deployments, Services, PDBs and pods carrying the
+  managed-by label (`app.kubernetes.io/managed-by=vllm-operator`), and every VLLMService and Node.
+  Other objects of a cached kind are remembered by name only, so that a cache miss is
+  authoritative ("does not exist") and a name taken by someone else's object (a name conflict the
+  controller must see) is read from the API server.
+- Newer wins: an event or a write response never replaces an object with a higher
+  resourceVersion, and a deletion leaves a tombstone so a late write response cannot resurrect it.
+- Until the initial list has been seen (`mark_synced`) every read goes to the API server. Kopf
+  runs no handler except index handlers before every indexed resource's initial list was indexed
+  (its "operator indexed" gate), so the first reconcile handler that runs marks the cache synced.
+- A write that conflicted drops the object: the next read goes to the API server (a conflict
+  means our view was wrong).
+- Reads return copies: callers may modify what they get without touching the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from vllm_operator.kube.gateway import (
+    APPLIED_KINDS,
+    ConflictError,
+    EventRecord,
+    Kind,
+    KubeGateway,
+    Obj,
+)
+
+log = logging.getLogger(__name__)
+
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "vllm-operator"
+# (The same values as rendering.names; kube sits below rendering in the layers, and a test checks
+# that the two agree.)
+
+LABELLED_KINDS: frozenset[Kind] = frozenset({Kind.DEPLOYMENT, Kind.SERVICE, Kind.PDB, Kind.POD})
+"""Kinds stored only when they carry the managed-by label."""
+
+CACHED_KINDS: frozenset[Kind] = LABELLED_KINDS | {Kind.NODE, Kind.VLLM_SERVICE}
+
+_TOMBSTONES_MAX = 10_000
+
+Key = tuple[str, str]  # namespace ("" for nodes), name
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of a JSON-like value (dicts, lists, scalars): several times faster than
+    copy.deepcopy, which matters on the read path of every reconcile."""
+    if isinstance(value, dict):
+        return {k: copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_json(v) for v in value]
+    return value
+
+
+def _rv(obj: Obj) -> int | None:
+    """The resourceVersion as an integer, or None when absent or not numeric.
+
+    resourceVersions are opaque to clients in principle; every API server in practice (etcd
+    revisions) issues increasing integers, and ordering is only applied when both sides parse.
+    """
+    value = (obj.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _older(candidate: int | None, than: int | None) -> bool:
+    return candidate is not None and than is not None and candidate < than
+
+
+def _key(obj: Obj) -> Key:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _slim(kind: Kind, obj: Obj) -> Obj:
+    """What is kept of an object: pods and nodes lose what no reader uses (managedFields, a node's
+    image list), which is most of their size; applied kinds keep managedFields (diff.py reads
+    the operator's own entry)."""
+    if kind not in (Kind.POD, Kind.NODE):
+        return obj
+    slim = dict(obj)
+    meta = slim.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        slim["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    status = slim.get("status")
+    if kind is Kind.NODE and isinstance(status, dict) and "images" in status:
+        slim["status"] = {k: v for k, v in status.items() if k != "images"}
+    return slim
+
+
+class WatchCache:
+    """The in-memory store, keyed by (kind, namespace, name). Thread-safe.
+
+    Fed by the Kopf handlers (`observe`, from the event loop) and by `CachedGateway` with write
+    responses (from worker threads).
+    """
+
+    def __init__(self, namespaces: Iterable[str] = ()) -> None:
+        # Empty: the operator watches every namespace.
+        self.namespaces = frozenset(namespaces)
+        self._objects: dict[Kind, dict[Key, Obj]] = {k: {} for k in CACHED_KINDS}
+        # Objects of a cached kind that are not ours: name -> resourceVersion.
+        self._foreign: dict[Kind, dict[Key, int | None]] = {k: {} for k in CACHED_KINDS}
+        self._tombstones: dict[tuple[Kind, Key], int | None] = {}
+        self._stale: set[tuple[Kind, Key]] = set()
+        self._synced = False
+        self._guard = threading.Lock()
+
+    # -- feeding ---------------------------------------------------------------------------------
+
+    def observe(self, kind: Kind, event_type: str | None, body: Obj) -> None:
+        """A watch event (type None for the initial listing, ADDED, MODIFIED or DELETED)."""
+        if event_type == "DELETED":
+            self.remove(kind, body)
+        else:
+            self.store(kind, body)
+
+    def store(self, kind: Kind, obj: Obj) -> bool:
+        """Keep `obj` unless a newer version (or its deletion) was seen; True when kept."""
+        key = _key(obj)
+        rv = _rv(obj)
+        with self._guard:
+            if _older(rv, self._tombstones.get((kind, key))):
+                return False
+            current = self._objects[kind].get(key)
+            if current is not None and _older(rv, _rv(current)):
+                return False
+            self._tombstones.pop((kind, key), None)
+            self._stale.discard((kind, key))
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if kind in LABELLED_KINDS and labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+                self._objects[kind].pop(key, None)
+                self._foreign[kind][key] = rv
+                return True
+            self._foreign[kind].pop(key, None)
+            self._objects[kind][key] = _slim(kind, obj)
+            return True
+
+    def remove(self, kind: Kind, obj: Obj) -> None:
+        """A deletion: forget the object and remember its resourceVersion (tombstone)."""
+        key = _key(obj)
+        rv = _rv(obj)
+        with self._guard:
+            current = self._objects[kind].get(key)
+            if current is not None and _older(rv, _rv(current)):
+                return  # a deletion older than what we hold: the object was re-created since
+            self._objects[kind].pop(key, None)
+            self._foreign[kind].pop(key, None)
+            if len(self._tombstones) >= _TOMBSTONES_MAX:
+                self._tombstones.pop(next(iter(self._tombstones)))
+            self._tombstones[(kind, key)] = rv
+
+    def invalidate(self, kind: Kind, namespace: str, name: str) -> None:
+        """Our view of this object proved wrong (a conflict): read it from the API next time."""
+        key = (namespace, name)
+        with self._guard:
+            self._objects[kind].pop(key, None)
+            self._foreign[kind].pop(key, None)
+            self._stale.add((kind, key))
+
+    def mark_synced(self) -> None:
+        """Every cached kind's initial list has been stored: misses are now authoritative."""
+        if not self._synced:
+            self._synced = True
+            log.info("Synced watch caches objects=%d", self.size())
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    def size(self) -> int:
+        with self._guard:
+            return sum(len(v) for v in self._objects.values())
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def covers(self, namespace: str) -> bool:
+        """Whether reads in `namespace` can be answered from memory."""
+        return self._synced and (not self.namespaces or namespace in self.namespaces)
+
+    def lookup(self, kind: Kind, namespace: str, name: str) -> tuple[bool, Obj | None]:
+        """(answered, copy of the object or None). Not answered: ask the API server (not synced,
+        a namespace not watched, an object invalidated or someone else's object)."""
+        if kind not in CACHED_KINDS or not self.covers(namespace):
+            return False, None
+        key = (namespace, name)
+        with self._guard:
+            if (kind, key) in self._stale or key in self._foreign[kind]:
+                return False, None
+            obj = self._objects[kind].get(key)
+            return True, copy_json(obj) if obj is not None else None
+
+    def select(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj] | None:
+        """Copies of the objects in `namespace` whose labels match; None when not answered."""
+        if kind not in CACHED_KINDS or not self.covers(namespace):
+            return None
+        with self._guard:
+            found = [
+                obj
+                for (ns, _), obj in self._objects[kind].items()
+                if ns == namespace
+                and all(
+                    ((obj.get("metadata") or {}).get("labels") or {}).get(k) == v
+                    for k, v in selector.items()
+                )
+            ]
+        found.sort(key=lambda o: str((o.get("metadata") or {}).get("name", "")))
+        return [copy_json(o) for o in found]
+
+    def all_of(self, kind: Kind) -> list[Obj] | None:
+        """Copies of every cached object of a kind (nodes); None when not synced."""
+        if not self._synced:
+            return None
+        with self._guard:
+            found = sorted(self._objects[kind].items())
+        return [copy_json(o) for _, o in found]
+
+
+class CachedGateway:
+    """A KubeGateway whose reads come from a `WatchCache` (writes pass through and update it).
+
+    A read the cache cannot answer goes to `inner` (and a Deployment/Service/PDB read that way is
+    stored, so an object the operator just created is not read twice).
+    """
+
+    def __init__(self, inner: KubeGateway, cache: WatchCache) -> None:
+        self.inner = inner
+        self.cache = cache
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def list_nodes(self) -> list[Obj]:
+        nodes = self.cache.all_of(Kind.NODE)
+        return nodes if nodes is not None else self.inner.list_nodes()
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        answered, obj = self.cache.lookup(kind, namespace, name)
+        if answered:
+            return obj
+        obj = self.inner.get(kind, namespace, name)
+        if obj is not None:
+            self.cache.store(kind, copy_json(obj))
+        return obj
+
+    def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        found = self.cache.select(kind, namespace, selector)
+        return found if found is not None else self.inner.list_owned(kind, namespace, selector)
+
+    def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        found = self.cache.select(Kind.POD, namespace, selector)
+        return found if found is not None else self.inner.list_pods(namespace, selector)
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
+        return self.inner.read_secret_key(namespace, name, key)
+
+    def read_pod_log(
+        self, namespace: str, pod: str, container: str, *, previous: bool, tail_lines: int
+    ) -> str | None:
+        return self.inner.read_pod_log(
+            namespace, pod, container, previous=previous, tail_lines=tail_lines
+        )
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def apply(self, obj: Obj) -> Obj:
+        return self._applied(obj, lambda: self.inner.apply(obj))
+
+    def apply_unforced(self, obj: Obj, field_manager: str) -> Obj:
+        return self._applied(obj, lambda: self.inner.apply_unforced(obj, field_manager))
+
+    def _applied(self, obj: Obj, write: Any) -> Obj:
+        kind = Kind(obj["kind"])
+        meta = obj.get("metadata") or {}
+        try:
+            live: Obj = write()
+        except ConflictError:
+            self.cache.invalidate(kind, str(meta.get("namespace", "")), str(meta.get("name", "")))
+            raise
+        if kind in APPLIED_KINDS and isinstance(live, dict):
+            self.cache.store(kind, copy_json(live))
+        return live
+
+    def delete(self, kind: Kind, namespace: str, name: str) -> None:
+        self.inner.delete(kind, namespace, name)
+        self.cache.remove(kind, {"metadata": {"namespace": namespace, "name": name}})
+
+    def apply_status(self, namespace: str, name: str, status: Obj) -> Obj | None:
+        live = self.inner.apply_status(namespace, name, status)
+        if isinstance(live, dict):
+            self.cache.store(Kind.VLLM_SERVICE, copy_json(live))
+        return live
+
+    def emit_event(self, event: EventRecord) -> None:
+        self.inner.emit_event(event)
+
+    def patch_pod_metadata(
+        self, namespace: str, pod: str, labels: dict[str, str], annotations: dict[str, str]
+    ) -> None:
+        self.inner.patch_pod_metadata(namespace, pod, labels, annotations)
+
+    def evict_pod(self, namespace: str, pod: str) -> bool:
+        return self.inner.evict_pod(namespace, pod)
+
+
+__all__ = ["CACHED_KINDS", "CachedGateway", "WatchCache", "copy_json"]

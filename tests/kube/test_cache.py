@@ -1,0 +1,247 @@
+"""The watch cache and its gateway: reads from memory, ordering, deletion, fallback, filtering."""
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from vllm_operator.kube import cache as cache_module
+from vllm_operator.kube.cache import CachedGateway, WatchCache
+from vllm_operator.kube.fake import FakeGateway
+from vllm_operator.kube.gateway import ConflictError, EventRecord, Kind, KubeGateway, Obj
+from vllm_operator.rendering import names
+
+MANAGED = {"app.kubernetes.io/managed-by": "vllm-operator", "app.kubernetes.io/instance": "a"}
+
+
+def deployment(name: str, rv: str | None = "1", labels: dict[str, str] | None = None) -> Obj:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "ns",
+        "labels": dict(MANAGED if labels is None else labels),
+    }
+    if rv is not None:
+        meta["resourceVersion"] = rv
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {}}
+
+
+class ReadCounter:
+    """Passes every call to `inner` and counts the reads (what would reach the API server)."""
+
+    def __init__(self, inner: KubeGateway) -> None:
+        self.inner = inner
+        self.reads: Counter[str] = Counter()
+
+    def list_nodes(self) -> list[Obj]:
+        self.reads["list:Node"] += 1
+        return self.inner.list_nodes()
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
+        self.reads[f"get:{kind}"] += 1
+        return self.inner.get(kind, namespace, name)
+
+    def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        self.reads[f"list:{kind}"] += 1
+        return self.inner.list_owned(kind, namespace, selector)
+
+    def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
+        self.reads["list:Pod"] += 1
+        return self.inner.list_pods(namespace, selector)
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
+        self.reads["get:Secret"] += 1
+        return self.inner.read_secret_key(namespace, name, key)
+
+    def read_pod_log(
+        self, namespace: str, pod: str, container: str, *, previous: bool, tail_lines: int
+    ) -> str | None:
+        self.reads["log:Pod"] += 1
+        return self.inner.read_pod_log(
+            namespace, pod, container, previous=previous, tail_lines=tail_lines
+        )
+
+    def apply(self, obj: Obj) -> Obj:
+        return self.inner.apply(obj)
+
+    def apply_unforced(self, obj: Obj, field_manager: str) -> Obj:
+        return self.inner.apply_unforced(obj, field_manager)
+
+    def delete(self, kind: Kind, namespace: str, name: str) -> None:
+        self.inner.delete(kind, namespace, name)
+
+    def apply_status(self, namespace: str, name: str, status: Obj) -> Obj | None:
+        return self.inner.apply_status(namespace, name, status)
+
+    def emit_event(self, event: EventRecord) -> None:
+        self.inner.emit_event(event)
+
+    def patch_pod_metadata(
+        self, namespace: str, pod: str, labels: dict[str, str], annotations: dict[str, str]
+    ) -> None:
+        self.inner.patch_pod_metadata(namespace, pod, labels, annotations)
+
+    def evict_pod(self, namespace: str, pod: str) -> bool:
+        return self.inner.evict_pod(namespace, pod)
+
+
+def synced(*objs: tuple[Kind, Obj]) -> WatchCache:
+    cache = WatchCache()
+    for kind, obj in objs:
+        cache.observe(kind, None, obj)
+    cache.mark_synced()
+    return cache
+
+
+def test_labels_agree_with_rendering() -> None:
+    assert cache_module.LABEL_MANAGED_BY == names.LABEL_MANAGED_BY
+    assert cache_module.MANAGED_BY == names.MANAGED_BY
+
+
+def test_an_older_event_never_replaces_a_newer_object() -> None:
+    cache = synced((Kind.DEPLOYMENT, deployment("d", rv="10")))
+    newer = deployment("d", rv="12")
+    newer["spec"] = {"replicas": 3}
+    cache.observe(Kind.DEPLOYMENT, "MODIFIED", newer)
+    stale = deployment("d", rv="11")
+    stale["spec"] = {"replicas": 1}
+    cache.observe(Kind.DEPLOYMENT, "MODIFIED", stale)
+    answered, obj = cache.lookup(Kind.DEPLOYMENT, "ns", "d")
+    assert answered and obj is not None
+    assert obj["spec"] == {"replicas": 3}
+    assert obj["metadata"]["resourceVersion"] == "12"
+
+
+def test_a_deletion_leaves_a_tombstone_that_a_late_write_response_cannot_pass() -> None:
+    cache = synced((Kind.DEPLOYMENT, deployment("d", rv="10")))
+    cache.observe(Kind.DEPLOYMENT, "DELETED", deployment("d", rv="15"))
+    assert cache.lookup(Kind.DEPLOYMENT, "ns", "d") == (True, None)
+    cache.store(Kind.DEPLOYMENT, deployment("d", rv="14"))  # a write answered before the delete
+    assert cache.lookup(Kind.DEPLOYMENT, "ns", "d") == (True, None)
+    cache.store(Kind.DEPLOYMENT, deployment("d", rv="20"))  # re-created afterwards
+    answered, obj = cache.lookup(Kind.DEPLOYMENT, "ns", "d")
+    assert answered and obj is not None and obj["metadata"]["resourceVersion"] == "20"
+
+
+def test_a_deletion_older_than_the_object_held_is_ignored() -> None:
+    cache = synced((Kind.DEPLOYMENT, deployment("d", rv="30")))
+    cache.observe(Kind.DEPLOYMENT, "DELETED", deployment("d", rv="25"))
+    answered, obj = cache.lookup(Kind.DEPLOYMENT, "ns", "d")
+    assert answered and obj is not None
+
+
+def test_reads_go_to_the_api_until_the_initial_sync() -> None:
+    fake = FakeGateway()
+    fake.add(deployment("d", rv=None))
+    counter = ReadCounter(fake)
+    cache = WatchCache()
+    gw = CachedGateway(counter, cache)
+    assert gw.get(Kind.DEPLOYMENT, "ns", "d") is not None
+    assert gw.list_owned(Kind.DEPLOYMENT, "ns", {}) != []
+    gw.list_nodes()
+    gw.list_pods("ns", {})
+    assert counter.reads == Counter(
+        {"get:Deployment": 1, "list:Deployment": 1, "list:Node": 1, "list:Pod": 1}
+    )
+    cache.mark_synced()
+    assert gw.get(Kind.DEPLOYMENT, "ns", "d") is not None  # stored from the read above
+    assert gw.get(Kind.DEPLOYMENT, "ns", "missing") is None  # a miss is authoritative now
+    assert [d["metadata"]["name"] for d in gw.list_owned(Kind.DEPLOYMENT, "ns", {})] == ["d"]
+    assert gw.list_nodes() == []
+    assert counter.reads["get:Deployment"] == 1
+    assert sum(counter.reads.values()) == 4
+
+
+def test_only_managed_objects_are_stored_and_a_foreign_name_is_read_from_the_api() -> None:
+    foreign = deployment("taken", labels={"app": "someone-else"})
+    fake = FakeGateway()
+    fake.add(foreign)
+    counter = ReadCounter(fake)
+    cache = synced((Kind.DEPLOYMENT, foreign), (Kind.DEPLOYMENT, deployment("ours")))
+    gw = CachedGateway(counter, cache)
+    assert [d["metadata"]["name"] for d in gw.list_owned(Kind.DEPLOYMENT, "ns", {})] == ["ours"]
+    # A name conflict must be seen: the foreign object is read from the API server.
+    got = gw.get(Kind.DEPLOYMENT, "ns", "taken")
+    assert got is not None and got["metadata"]["labels"] == {"app": "someone-else"}
+    assert counter.reads == Counter({"get:Deployment": 1})
+    # An object that loses the managed-by label leaves the store.
+    cache.observe(Kind.DEPLOYMENT, "MODIFIED", deployment("ours", rv="2", labels={"x": "y"}))
+    assert gw.list_owned(Kind.DEPLOYMENT, "ns", {}) == []
+
+
+def test_selector_and_namespace_filtering_and_unwatched_namespaces_fall_back() -> None:
+    other = deployment("b", labels={**MANAGED, "app.kubernetes.io/instance": "b"})
+    cache = WatchCache(namespaces=["ns"])
+    cache.observe(Kind.DEPLOYMENT, None, deployment("a"))
+    cache.observe(Kind.DEPLOYMENT, None, other)
+    cache.mark_synced()
+    fake = FakeGateway()
+    counter = ReadCounter(fake)
+    gw = CachedGateway(counter, cache)
+    selected = gw.list_owned(Kind.DEPLOYMENT, "ns", {"app.kubernetes.io/instance": "b"})
+    assert [d["metadata"]["name"] for d in selected] == ["b"]
+    assert counter.reads == Counter()
+    gw.list_owned(Kind.DEPLOYMENT, "elsewhere", {})  # not watched: the cache cannot know
+    assert counter.reads == Counter({"list:Deployment": 1})
+
+
+def test_reads_are_copies() -> None:
+    cache = synced((Kind.DEPLOYMENT, deployment("d")))
+    _, first = cache.lookup(Kind.DEPLOYMENT, "ns", "d")
+    assert first is not None
+    first["spec"]["replicas"] = 99
+    _, second = cache.lookup(Kind.DEPLOYMENT, "ns", "d")
+    assert second is not None and second["spec"] == {}
+
+
+def test_writes_update_the_store_and_a_conflict_sends_the_next_read_to_the_api() -> None:
+    fake = FakeGateway()
+    counter = ReadCounter(fake)
+    cache = synced()
+    gw = CachedGateway(counter, cache)
+    applied = gw.apply(deployment("d", rv=None))
+    assert gw.get(Kind.DEPLOYMENT, "ns", "d") == applied
+    assert counter.reads == Counter()
+
+    fake.fail_next.append(ConflictError("conflict", 409))
+    with pytest.raises(ConflictError):
+        gw.apply(deployment("d", rv=None))
+    assert gw.get(Kind.DEPLOYMENT, "ns", "d") is not None
+    assert counter.reads == Counter({"get:Deployment": 1})
+    assert gw.get(Kind.DEPLOYMENT, "ns", "d") is not None  # stored again by that read
+    assert counter.reads == Counter({"get:Deployment": 1})
+
+    gw.delete(Kind.DEPLOYMENT, "ns", "d")
+    assert gw.get(Kind.DEPLOYMENT, "ns", "d") is None
+    assert counter.reads == Counter({"get:Deployment": 1})
+
+
+def test_a_status_write_is_visible_to_the_next_read() -> None:
+    service: Obj = {
+        "apiVersion": "serving.vllm-operator.dev/v1alpha1",
+        "kind": "VLLMService",
+        "metadata": {"name": "s", "namespace": "ns"},
+        "spec": {},
+    }
+    fake = FakeGateway()
+    fake.add(service)
+    cache = synced((Kind.VLLM_SERVICE, service))
+    gw = CachedGateway(ReadCounter(fake), cache)
+    gw.apply_status("ns", "s", {"phase": "Ready"})
+    got = gw.get(Kind.VLLM_SERVICE, "ns", "s")
+    assert got is not None and got["status"] == {"phase": "Ready"}
+
+
+def test_nodes_and_pods_are_stored_without_what_no_reader_uses() -> None:
+    node: Obj = {
+        "kind": "Node",
+        "metadata": {"name": "n", "managedFields": [{"manager": "kubelet"}]},
+        "status": {"images": [{"names": ["x"]}], "allocatable": {"cpu": "1"}},
+    }
+    cache = synced((Kind.NODE, node))
+    (stored,) = cache.all_of(Kind.NODE) or []
+    assert stored == {
+        "kind": "Node",
+        "metadata": {"name": "n"},
+        "status": {"allocatable": {"cpu": "1"}},
+    }
+    assert "managedFields" in node["metadata"]  # the watched body itself is left alone

@@ -1,0 +1,91 @@
+"""The controller on the watch cache (#21): a no-op reconcile and an idle evaluation read nothing
+from the API server, and what the cache learns from writes is what the next reconcile sees."""
+
+from datetime import timedelta
+
+from vllm_operator.hub.resolver import HubArchitectureResolver
+from vllm_operator.kube.cache import CachedGateway, WatchCache
+from vllm_operator.kube.fake import FakeGateway
+from vllm_operator.kube.gateway import Kind
+from vllm_operator.reconcile.controller import Controller
+from vllm_operator.rendering.names import common_labels, pool_selector_labels
+
+from ..kube.test_cache import ReadCounter
+from .test_controller import OfflineHub, cluster, example, make_ready
+from .test_evaluate import T0, Clock
+
+SERVICE = "llama-8b-chat"
+
+
+def watch(fake: FakeGateway, cache: WatchCache) -> None:
+    """What Kopf's watches deliver: every object and node as the fake holds it now."""
+    for (kind, _, _), obj in sorted(fake.objects.items()):
+        cache.observe(kind, "MODIFIED", obj)
+    for node in fake.nodes:
+        cache.observe(Kind.NODE, "MODIFIED", node)
+
+
+def setup() -> tuple[FakeGateway, ReadCounter, Controller, Clock]:
+    fake = cluster()
+    svc = example("llama-3.1-8b-l4.yaml")
+    svc["spec"]["remediation"] = {"mode": "auto"}
+    fake.add(svc)
+    fake.add(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{SERVICE}-l4-abc",
+                "namespace": "default",
+                "labels": {
+                    **common_labels(SERVICE),
+                    **pool_selector_labels(SERVICE, "NVIDIA-L4"),
+                },
+            },
+            "status": {"containerStatuses": [{"name": "vllm", "ready": True, "restartCount": 0}]},
+        }
+    )
+    counter = ReadCounter(fake)
+    cache = WatchCache()
+    watch(fake, cache)
+    cache.mark_synced()
+    clock = Clock()
+    gw = CachedGateway(counter, cache)
+    ctl = Controller(gw, HubArchitectureResolver(fake, OfflineHub()), clock=clock)
+    ctl.reconcile("default", SERVICE)
+    make_ready(fake, "default", f"{SERVICE}-l4")
+    watch(fake, cache)  # the Deployment's status update arrives through the watch
+    ctl.reconcile("default", SERVICE)
+    return fake, counter, ctl, clock
+
+
+def test_reconciles_on_a_synced_cache_read_nothing_from_the_api() -> None:
+    fake, counter, ctl, _ = setup()
+    assert counter.reads.total() == 0
+    assert fake.writes["apply:Deployment"] == 1
+
+
+def test_a_no_op_reconcile_costs_no_read_and_no_write() -> None:
+    fake, counter, ctl, _ = setup()
+    writes = fake.total_writes()
+    outcome = ctl.reconcile("default", SERVICE)
+    assert outcome.applied == [] and not outcome.status_written
+    assert fake.total_writes() == writes
+    assert counter.reads.total() == 0
+
+
+def test_an_idle_evaluation_costs_no_read() -> None:
+    fake, counter, ctl, clock = setup()
+    for minutes in (1, 2):
+        clock.now = T0 + timedelta(minutes=minutes)
+        ctl.evaluate("default", SERVICE)
+    assert counter.reads.total() == 0
+
+
+def test_a_status_write_is_seen_by_the_next_reconcile_without_its_watch_event() -> None:
+    fake, counter, ctl, _ = setup()
+    written = fake.writes["status"]
+    # No watch() here: the cache holds the status from the write's response.
+    ctl.reconcile("default", SERVICE)
+    assert fake.writes["status"] == written
+    assert counter.reads.total() == 0
