@@ -35,6 +35,7 @@ from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
 from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
+    PlanCache,
     ServiceRejected,
     attach_live,
     plan_pools,
@@ -178,6 +179,8 @@ class Controller:
         self._budget_events: dict[str, str] = {}
         self._budget_events_guard = threading.Lock()
         self.pool_plans = m.PoolPlans()
+        # Plan results by their inputs (#21): services sharing a model and GPU plan once.
+        self.plans = PlanCache()
         self._conflicts_warned: dict[tuple[str, str], set[str]] = {}
         # Run-time remediation: one loop for every service (no Kopf timer, so no finalizer).
         self.scheduler = EvaluationScheduler(self._evaluate_scheduled, clock=monotonic)
@@ -466,7 +469,9 @@ class Controller:
         nodes = self._nodes()
         groups = group_gpu_nodes(nodes)
         budgets = self._budgets(service, nodes, now, outcome)
-        pools = plan_pools(prepared, groups, budgets.usable_mib, old_status.overrides)
+        pools = plan_pools(
+            prepared, groups, budgets.usable_mib, old_status.overrides, plans=self.plans
+        )
         note = budget_note(service, budgets)
 
         desired_names = set()

@@ -8,6 +8,8 @@ The same two functions back the controller and `vllm-operator render`, so what a
 shows is what the operator applies.
 """
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -21,7 +23,7 @@ from vllm_operator.catalog.architectures import Architecture, UnknownModelError
 from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
 from vllm_operator.planning.alternatives import Infeasible
 from vllm_operator.planning.intent import PlanIntent
-from vllm_operator.planning.plan import plan_pool
+from vllm_operator.planning.plan import PlanResult, plan_pool
 from vllm_operator.reconcile.inventory import (
     GpuNodeGroup,
     canonical_label,
@@ -117,6 +119,71 @@ def prepare_service(service: VLLMService, resolver: ArchitectureResolver) -> Pre
     return PreparedService(service=service, arch=arch, intent=PlanIntent.from_spec(spec))
 
 
+_PlanKey = tuple[PlanIntent, GpuFacts, Architecture, float | None, tuple[GpuFacts, ...]]
+
+
+class PlanCache:
+    """Plan results by their inputs, least recently used dropped first.
+
+    Why: every reconcile re-plans every pool, and planning (the memory model, and for an
+    infeasible pool the alternatives search) is most of a reconcile's CPU; 1000 services at
+    startup plan the same few (intent, GPU) pairs over and over (#21). The planner is a pure
+    function of (intent, GPU facts, architecture, measured budget, other GPU types), all frozen
+    pydantic models, so its result can be shared. An input that cannot be hashed is planned
+    without the cache. Results are shared: callers never modify them.
+    """
+
+    def __init__(self, maxsize: int = 1024) -> None:
+        self.maxsize = maxsize
+        self._results: OrderedDict[_PlanKey, PlanResult] = OrderedDict()
+        self._guard = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def plan(
+        self,
+        intent: PlanIntent,
+        facts: GpuFacts,
+        arch: Architecture,
+        measured_free_mib: float | None,
+        other_gpus: tuple[GpuFacts, ...],
+    ) -> PlanResult:
+        key = (intent, facts, arch, measured_free_mib, other_gpus)
+        try:
+            with self._guard:
+                found = self._results.get(key)
+                if found is not None:
+                    self._results.move_to_end(key)
+                    self.hits += 1
+                    return found
+        except TypeError:  # an unhashable field: plan without the cache
+            return self._plan(intent, facts, arch, measured_free_mib, other_gpus)
+        result = self._plan(intent, facts, arch, measured_free_mib, other_gpus)
+        with self._guard:
+            self.misses += 1
+            self._results[key] = result
+            while len(self._results) > self.maxsize:
+                self._results.popitem(last=False)
+        return result
+
+    @staticmethod
+    def _plan(
+        intent: PlanIntent,
+        facts: GpuFacts,
+        arch: Architecture,
+        measured_free_mib: float | None,
+        other_gpus: tuple[GpuFacts, ...],
+    ) -> PlanResult:
+        return plan_pool(
+            intent, facts, arch, measured_free_mib=measured_free_mib, other_gpus=other_gpus
+        )
+
+    def clear(self) -> None:
+        with self._guard:
+            self._results.clear()
+            self.hits = self.misses = 0
+
+
 def _alternatives(result: Infeasible) -> str:
     if not result.alternatives:
         return ""
@@ -128,8 +195,11 @@ def plan_pools(
     groups: dict[str, GpuNodeGroup],
     measured_free_mib: dict[str, float] | None = None,
     overrides: Sequence[Override] = (),
+    plans: PlanCache | None = None,
 ) -> list[PoolOutcome]:
     """Plan every allowed GPU type; types without nodes become NoMatchingNodes pools.
+
+    `plans`: the controller's PlanCache (the CLI plans once and needs none).
 
     A type whose nodes are all cordoned or NotReady is still planned from their hardware: it
     is unavailable (`PoolOutcome.unavailable`), never infeasible.
@@ -181,7 +251,13 @@ def plan_pools(
             continue
         outcomes.append(
             _plan_group(
-                prepared, group, facts[group.product], all_facts, measured_free_mib, overrides
+                prepared,
+                group,
+                facts[group.product],
+                all_facts,
+                measured_free_mib,
+                overrides,
+                plans or PlanCache(maxsize=0),
             )
         )
     order = {g: i for i, g in enumerate(spec.placement.gpu_types)}
@@ -194,7 +270,8 @@ def _plan_group(
     facts: GpuFacts,
     all_facts: tuple[GpuFacts, ...],
     measured_free_mib: dict[str, float] | None,
-    overrides: Sequence[Override] = (),
+    overrides: Sequence[Override],
+    plans: PlanCache,
 ) -> PoolOutcome:
     service, spec = prepared.service, prepared.service.spec
     name = deployment_name(service.name, group.product)
@@ -208,12 +285,12 @@ def _plan_group(
     )
     intent = prepared.intent.model_copy(update={"max_gpus_per_replica": cap})
     measured = (measured_free_mib or {}).get(group.product)
-    result = plan_pool(
+    result = plans.plan(
         intent,
         facts,
         prepared.arch,
-        measured_free_mib=measured,
-        other_gpus=tuple(f for f in all_facts if f.label != facts.label),
+        measured,
+        tuple(f for f in all_facts if f.label != facts.label),
     )
     if isinstance(result, Infeasible):
         return PoolOutcome(
