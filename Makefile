@@ -137,5 +137,5 @@ conformance-setup: $(STAMP) ## Fetch the default vLLM release's sources + parser
 	$(PY) hack/vllm-catalog/real_parser.py --setup 0.11.0
 
 .PHONY: bench-controller
-bench-controller: $(STAMP) ## Benchmark the controller: 200 VLLMServices at once on the local control plane; writes docs/controller-benchmark.md
-	$(PY) hack/bench_controller.py --services $${N:-200}
+bench-controller: $(STAMP) ## Benchmark the controller: N (200) VLLMServices on the local control plane (convergence, STEADY=120 s steady window, an edit, a restart; PROFILE=1: py-spy); writes its section of docs/controller-benchmark.md
+	$(PY) hack/bench_controller.py --services $${N:-200} --steady-seconds $${STEADY:-120} $${PROFILE:+--profile}

@@ -51,17 +51,22 @@ def operator_memo(
 
 
 def _controller(memo: kopf.Memo) -> Controller:
-    """The controller, for a handler past Kopf's indexing gate.
+    controller: Controller = memo["controller"]
+    return controller
 
-    Kopf runs no handler but index handlers until the initial list of every indexed resource has
-    gone through the index handlers below, so any other handler running proves the watch cache
-    holds every object that existed at start: its misses are authoritative from now on.
+
+def _ready(memo: kopf.Memo) -> Controller:
+    """The controller, for a resource handler (past Kopf's indexing gate).
+
+    Kopf runs no resource handler but index handlers until the initial list of every indexed
+    resource has gone through the index handlers below, so any other resource handler running
+    proves the watch cache holds every object that existed at start: its misses are
+    authoritative from now on. (Startup and cleanup activities run outside that gate.)
     """
     cache: WatchCache | None = memo.get("cache")
     if cache is not None:
         cache.mark_synced()
-    controller: Controller = memo["controller"]
-    return controller
+    return _controller(memo)
 
 
 # -- watch caches (#21): index handlers feed the cache, before any other handler runs ------------
@@ -178,7 +183,7 @@ def stop_scheduler(memo: kopf.Memo, **_: Any) -> None:
 
 def _reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:
     try:
-        _controller(memo).reconcile(namespace, name)
+        _ready(memo).reconcile(namespace, name)
     except RetryableError as exc:
         raise kopf.TemporaryError(str(exc), delay=exc.delay) from exc
 
@@ -204,13 +209,13 @@ def on_service_event(
     so deleting a VLLMService never waits for the operator (children go by owner references)."""
     if type == "DELETED":
         _observe(memo, Kind.VLLM_SERVICE, type, body)
-        _controller(memo).forget(namespace or "default", name or "")
+        _ready(memo).forget(namespace or "default", name or "")
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
 def on_owned_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
     """A change to an owned Deployment (readiness, drift) re-reconciles its VLLMService."""
-    for owner in _controller(memo).owners_of(dict(body)):
+    for owner in _ready(memo).owners_of(dict(body)):
         try:
             _reconcile(memo, *owner)
         except kopf.TemporaryError:
@@ -222,7 +227,7 @@ def on_node(memo: kopf.Memo, body: kopf.Body, type: str | None, **_: Any) -> Non
     """GPU nodes appearing, changing labels or capacity re-plan the services they can serve."""
     if type == "DELETED":
         _observe(memo, Kind.NODE, type, body)
-    for key in _controller(memo).services_affected_by_node(dict(body), deleted=type == "DELETED"):
+    for key in _ready(memo).services_affected_by_node(dict(body), deleted=type == "DELETED"):
         try:
             _reconcile(memo, *key)
         except kopf.TemporaryError:
