@@ -245,3 +245,50 @@ def test_nodes_and_pods_are_stored_without_what_no_reader_uses() -> None:
         "status": {"allocatable": {"cpu": "1"}},
     }
     assert "managedFields" in node["metadata"]  # the watched body itself is left alone
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_entry_no_relist_confirmed_is_read_again_and_a_list_drops_what_is_gone() -> None:
+    """An object deleted while no watch was open gets no DELETED event: it expires."""
+    clock = Clock()
+    cache = WatchCache(ttl=100, clock=clock)
+    cache.observe(Kind.DEPLOYMENT, None, deployment("a"))
+    cache.observe(Kind.DEPLOYMENT, None, deployment("b"))
+    cache.mark_synced()
+    fake = FakeGateway()
+    fake.add(deployment("a", rv=None))  # "b" was deleted during a watch gap
+    counter = ReadCounter(fake)
+    gw = CachedGateway(counter, cache)
+    clock.now = 60
+    cache.observe(Kind.DEPLOYMENT, None, deployment("a"))  # a re-list confirms "a" only
+    assert len(gw.list_owned(Kind.DEPLOYMENT, "ns", {})) == 2  # nothing expired yet
+    assert counter.reads.total() == 0
+    clock.now = 120
+    assert [d["metadata"]["name"] for d in gw.list_owned(Kind.DEPLOYMENT, "ns", {})] == ["a"]
+    assert counter.reads == Counter({"list:Deployment": 1})
+    # The API's answer replaced the selection: later reads are from memory again.
+    assert [d["metadata"]["name"] for d in gw.list_owned(Kind.DEPLOYMENT, "ns", {})] == ["a"]
+    assert gw.get(Kind.DEPLOYMENT, "ns", "b") is None
+    assert counter.reads == Counter({"list:Deployment": 1})
+
+
+def test_an_expired_get_is_answered_by_the_api_and_stored_again() -> None:
+    clock = Clock()
+    cache = WatchCache(ttl=100, clock=clock)
+    cache.observe(Kind.DEPLOYMENT, None, deployment("a"))
+    cache.mark_synced()
+    fake = FakeGateway()
+    fake.add(deployment("a", rv=None))
+    counter = ReadCounter(fake)
+    gw = CachedGateway(counter, cache)
+    clock.now = 150
+    assert gw.get(Kind.DEPLOYMENT, "ns", "a") is not None
+    assert gw.get(Kind.DEPLOYMENT, "ns", "a") is not None
+    assert counter.reads == Counter({"get:Deployment": 1})

@@ -20,6 +20,12 @@ Rules that keep the memory view correct:
   (its "operator indexed" gate), so the first reconcile handler that runs marks the cache synced.
 - A write that conflicted drops the object: the next read goes to the API server (a conflict
   means our view was wrong).
+- Every entry expires `ttl` seconds after it was last confirmed by an event or a write. Kopf
+  re-lists each resource whenever a watch ends (every `settings.watching.server_timeout`) and
+  runs the index handlers for every listed object, which confirms whatever still exists; an
+  object deleted while no watch was open gets no DELETED event, and only expiry notices it. A
+  read that meets an expired entry goes to the API server, and a list answered there replaces
+  what the cache holds for that selection (what it does not return is gone).
 - Reads return copies: callers may modify what they get without touching the cache.
 """
 
@@ -27,7 +33,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from vllm_operator.kube.gateway import (
@@ -52,6 +59,10 @@ LABELLED_KINDS: frozenset[Kind] = frozenset({Kind.DEPLOYMENT, Kind.SERVICE, Kind
 CACHED_KINDS: frozenset[Kind] = LABELLED_KINDS | {Kind.NODE, Kind.VLLM_SERVICE}
 
 _TOMBSTONES_MAX = 10_000
+
+DEFAULT_TTL_SECONDS = 720.0
+"""Twice the watch's client timeout (330 s, handlers/registrations.py) plus a minute: an entry
+that two re-lists did not confirm is read again from the API server."""
 
 Key = tuple[str, str]  # namespace ("" for nodes), name
 
@@ -104,6 +115,11 @@ def _slim(kind: Kind, obj: Obj) -> Obj:
     return slim
 
 
+def _matches(obj: Obj, selector: dict[str, str]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
 class WatchCache:
     """The in-memory store, keyed by (kind, namespace, name). Thread-safe.
 
@@ -111,10 +127,19 @@ class WatchCache:
     responses (from worker threads).
     """
 
-    def __init__(self, namespaces: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        namespaces: Iterable[str] = (),
+        ttl: float = DEFAULT_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         # Empty: the operator watches every namespace.
         self.namespaces = frozenset(namespaces)
+        self.ttl = ttl
+        self._clock = clock
         self._objects: dict[Kind, dict[Key, Obj]] = {k: {} for k in CACHED_KINDS}
+        # When each entry (ours or foreign) was last confirmed by an event or a write.
+        self._seen: dict[tuple[Kind, Key], float] = {}
         # Objects of a cached kind that are not ours: name -> resourceVersion.
         self._foreign: dict[Kind, dict[Key, int | None]] = {k: {} for k in CACHED_KINDS}
         self._tombstones: dict[tuple[Kind, Key], int | None] = {}
@@ -143,6 +168,7 @@ class WatchCache:
                 return False
             self._tombstones.pop((kind, key), None)
             self._stale.discard((kind, key))
+            self._seen[(kind, key)] = self._clock()
             labels = (obj.get("metadata") or {}).get("labels") or {}
             if kind in LABELLED_KINDS and labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
                 self._objects[kind].pop(key, None)
@@ -162,6 +188,7 @@ class WatchCache:
                 return  # a deletion older than what we hold: the object was re-created since
             self._objects[kind].pop(key, None)
             self._foreign[kind].pop(key, None)
+            self._seen.pop((kind, key), None)
             if len(self._tombstones) >= _TOMBSTONES_MAX:
                 self._tombstones.pop(next(iter(self._tombstones)))
             self._tombstones[(kind, key)] = rv
@@ -172,6 +199,7 @@ class WatchCache:
         with self._guard:
             self._objects[kind].pop(key, None)
             self._foreign[kind].pop(key, None)
+            self._seen.pop((kind, key), None)
             self._stale.add((kind, key))
 
     def mark_synced(self) -> None:
@@ -188,6 +216,32 @@ class WatchCache:
         with self._guard:
             return sum(len(v) for v in self._objects.values())
 
+    def replace_selection(
+        self, kind: Kind, namespace: str | None, selector: dict[str, str], listed: list[Obj]
+    ) -> None:
+        """A list the API server answered (namespace None: all): store what it returned and drop
+        the cached objects of that selection it did not return (deleted unseen)."""
+        names = {_key(o) for o in listed}
+        now = self._clock()
+        with self._guard:
+            # Only expired entries: one stored after the list was taken is newer than the list.
+            gone = [
+                key
+                for key, obj in self._objects[kind].items()
+                if (namespace is None or key[0] == namespace)
+                and key not in names
+                and _matches(obj, selector)
+                and self._expired(kind, key, now)
+            ]
+        for key in gone:
+            self.remove(kind, {"metadata": {"namespace": key[0], "name": key[1]}})
+        for obj in listed:
+            self.store(kind, copy_json(obj))
+
+    def _expired(self, kind: Kind, key: Key, now: float) -> bool:
+        seen = self._seen.get((kind, key))
+        return self.ttl > 0 and seen is not None and now - seen > self.ttl
+
     # -- reading ---------------------------------------------------------------------------------
 
     def covers(self, namespace: str) -> bool:
@@ -200,8 +254,13 @@ class WatchCache:
         if kind not in CACHED_KINDS or not self.covers(namespace):
             return False, None
         key = (namespace, name)
+        now = self._clock()
         with self._guard:
-            if (kind, key) in self._stale or key in self._foreign[kind]:
+            if (
+                (kind, key) in self._stale
+                or key in self._foreign[kind]
+                or self._expired(kind, key, now)
+            ):
                 return False, None
             obj = self._objects[kind].get(key)
             return True, copy_json(obj) if obj is not None else None
@@ -210,16 +269,16 @@ class WatchCache:
         """Copies of the objects in `namespace` whose labels match; None when not answered."""
         if kind not in CACHED_KINDS or not self.covers(namespace):
             return None
+        now = self._clock()
         with self._guard:
-            found = [
-                obj
-                for (ns, _), obj in self._objects[kind].items()
-                if ns == namespace
-                and all(
-                    ((obj.get("metadata") or {}).get("labels") or {}).get(k) == v
-                    for k, v in selector.items()
-                )
+            selected = [
+                (key, obj)
+                for key, obj in self._objects[kind].items()
+                if key[0] == namespace and _matches(obj, selector)
             ]
+            if any(self._expired(kind, key, now) for key, _ in selected):
+                return None
+            found = [obj for _, obj in selected]
         found.sort(key=lambda o: str((o.get("metadata") or {}).get("name", "")))
         return [copy_json(o) for o in found]
 
@@ -227,8 +286,11 @@ class WatchCache:
         """Copies of every cached object of a kind (nodes); None when not synced."""
         if not self._synced:
             return None
+        now = self._clock()
         with self._guard:
             found = sorted(self._objects[kind].items())
+            if any(self._expired(kind, key, now) for key, _ in found):
+                return None
         return [copy_json(o) for _, o in found]
 
 
@@ -247,7 +309,12 @@ class CachedGateway:
 
     def list_nodes(self) -> list[Obj]:
         nodes = self.cache.all_of(Kind.NODE)
-        return nodes if nodes is not None else self.inner.list_nodes()
+        if nodes is not None:
+            return nodes
+        nodes = self.inner.list_nodes()
+        if self.cache.synced:
+            self.cache.replace_selection(Kind.NODE, None, {}, nodes)
+        return nodes
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
         answered, obj = self.cache.lookup(kind, namespace, name)
@@ -260,11 +327,27 @@ class CachedGateway:
 
     def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
         found = self.cache.select(kind, namespace, selector)
-        return found if found is not None else self.inner.list_owned(kind, namespace, selector)
+        if found is not None:
+            return found
+        return self._refreshed(
+            kind, namespace, selector, self.inner.list_owned(kind, namespace, selector)
+        )
 
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
         found = self.cache.select(Kind.POD, namespace, selector)
-        return found if found is not None else self.inner.list_pods(namespace, selector)
+        if found is not None:
+            return found
+        return self._refreshed(
+            Kind.POD, namespace, selector, self.inner.list_pods(namespace, selector)
+        )
+
+    def _refreshed(
+        self, kind: Kind, namespace: str, selector: dict[str, str], listed: list[Obj]
+    ) -> list[Obj]:
+        """An API list of a watched namespace replaces the cache's view of that selection."""
+        if self.cache.covers(namespace):
+            self.cache.replace_selection(kind, namespace, selector, listed)
+        return listed
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         return self.inner.read_secret_key(namespace, name, key)
