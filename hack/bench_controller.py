@@ -471,6 +471,12 @@ Reads and writes are the operator's own counters (`vllm_operator_api_reads_total
 `vllm_operator_api_writes_total`): reads are counted below the watch caches, so they are what
 reached the API server; Kopf's own list/watch streams and its annotation patches are not in them.
 CPU is user + system time of the operator process (/proc/PID/stat, all threads).
+
+Targets (issue #21, this 2-core machine): 1000 services converged in under 60 s; over a 2-minute
+steady window 0 writes, fewer than 1 read per service and operator CPU under 2 % of one core;
+peak RSS under 200 MiB at 1000; one spec edit applied within 2 s at 1000 services; a restart
+resync with 0 writes. The spec edit is a replica change: a pod-template change additionally waits
+`--settle-seconds` (3 s by default) on purpose, so that a burst of edits rolls the pods once.
 """
 
 

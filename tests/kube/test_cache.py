@@ -292,3 +292,17 @@ def test_an_expired_get_is_answered_by_the_api_and_stored_again() -> None:
     assert gw.get(Kind.DEPLOYMENT, "ns", "a") is not None
     assert gw.get(Kind.DEPLOYMENT, "ns", "a") is not None
     assert counter.reads == Counter({"get:Deployment": 1})
+
+
+def test_a_selection_by_instance_follows_label_changes_and_deletions() -> None:
+    cache = synced((Kind.POD, deployment("p", rv="1")))
+    instance = "app.kubernetes.io/instance"
+    assert [o["metadata"]["name"] for o in cache.select(Kind.POD, "ns", {instance: "a"}) or []] == [
+        "p"
+    ]
+    cache.observe(Kind.POD, "MODIFIED", deployment("p", rv="2", labels={**MANAGED, instance: "b"}))
+    assert cache.select(Kind.POD, "ns", {instance: "a"}) == []
+    assert len(cache.select(Kind.POD, "ns", {instance: "b"}) or []) == 1
+    cache.observe(Kind.POD, "DELETED", deployment("p", rv="3"))
+    assert cache.select(Kind.POD, "ns", {instance: "b"}) == []
+    assert cache.select(Kind.POD, "ns", {}) == []

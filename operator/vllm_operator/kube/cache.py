@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "vllm-operator"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
 # (The same values as rendering.names; kube sits below rendering in the layers, and a test checks
 # that the two agree.)
 
@@ -138,6 +139,9 @@ class WatchCache:
         self.ttl = ttl
         self._clock = clock
         self._objects: dict[Kind, dict[Key, Obj]] = {k: {} for k in CACHED_KINDS}
+        # Label selectors always name a service's instance label: (kind, namespace, instance) ->
+        # keys, so a selection looks at one service's objects, not at every object of the kind.
+        self._groups: dict[tuple[Kind, str, str], set[Key]] = {}
         # When each entry (ours or foreign) was last confirmed by an event or a write.
         self._seen: dict[tuple[Kind, Key], float] = {}
         # Objects of a cached kind that are not ours: name -> resourceVersion.
@@ -171,12 +175,28 @@ class WatchCache:
             self._seen[(kind, key)] = self._clock()
             labels = (obj.get("metadata") or {}).get("labels") or {}
             if kind in LABELLED_KINDS and labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
-                self._objects[kind].pop(key, None)
+                self._drop(kind, key)
                 self._foreign[kind][key] = rv
                 return True
             self._foreign[kind].pop(key, None)
+            self._drop(kind, key)
             self._objects[kind][key] = _slim(kind, obj)
+            group = (kind, key[0], str(labels.get(LABEL_INSTANCE, "")))
+            self._groups.setdefault(group, set()).add(key)
             return True
+
+    def _drop(self, kind: Kind, key: Key) -> None:
+        """Forget a stored object and its index entry (under the guard)."""
+        old = self._objects[kind].pop(key, None)
+        if old is None:
+            return
+        labels = (old.get("metadata") or {}).get("labels") or {}
+        group = (kind, key[0], str(labels.get(LABEL_INSTANCE, "")))
+        members = self._groups.get(group)
+        if members is not None:
+            members.discard(key)
+            if not members:
+                del self._groups[group]
 
     def remove(self, kind: Kind, obj: Obj) -> None:
         """A deletion: forget the object and remember its resourceVersion (tombstone)."""
@@ -186,7 +206,7 @@ class WatchCache:
             current = self._objects[kind].get(key)
             if current is not None and _older(rv, _rv(current)):
                 return  # a deletion older than what we hold: the object was re-created since
-            self._objects[kind].pop(key, None)
+            self._drop(kind, key)
             self._foreign[kind].pop(key, None)
             self._seen.pop((kind, key), None)
             if len(self._tombstones) >= _TOMBSTONES_MAX:
@@ -197,7 +217,7 @@ class WatchCache:
         """Our view of this object proved wrong (a conflict): read it from the API next time."""
         key = (namespace, name)
         with self._guard:
-            self._objects[kind].pop(key, None)
+            self._drop(kind, key)
             self._foreign[kind].pop(key, None)
             self._seen.pop((kind, key), None)
             self._stale.add((kind, key))
@@ -263,19 +283,23 @@ class WatchCache:
             ):
                 return False, None
             obj = self._objects[kind].get(key)
-            return True, copy_json(obj) if obj is not None else None
+        # Copied outside the guard: stored objects are replaced, never modified in place.
+        return True, copy_json(obj) if obj is not None else None
 
     def select(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj] | None:
         """Copies of the objects in `namespace` whose labels match; None when not answered."""
         if kind not in CACHED_KINDS or not self.covers(namespace):
             return None
         now = self._clock()
+        objects = self._objects[kind]
         with self._guard:
-            selected = [
-                (key, obj)
-                for key, obj in self._objects[kind].items()
-                if key[0] == namespace and _matches(obj, selector)
-            ]
+            if LABEL_INSTANCE in selector:
+                keys: Iterable[Key] = self._groups.get(
+                    (kind, namespace, selector[LABEL_INSTANCE]), ()
+                )
+            else:
+                keys = [k for k in objects if k[0] == namespace]
+            selected = [(key, objects[key]) for key in keys if _matches(objects[key], selector)]
             if any(self._expired(kind, key, now) for key, _ in selected):
                 return None
             found = [obj for _, obj in selected]
