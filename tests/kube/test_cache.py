@@ -306,3 +306,14 @@ def test_a_selection_by_instance_follows_label_changes_and_deletions() -> None:
     cache.observe(Kind.POD, "DELETED", deployment("p", rv="3"))
     assert cache.select(Kind.POD, "ns", {instance: "b"}) == []
     assert cache.select(Kind.POD, "ns", {}) == []
+
+
+def test_only_the_operators_own_managed_fields_entry_is_kept() -> None:
+    dep = deployment("d")
+    ours = {"manager": "vllm-operator", "operation": "Apply", "fieldsV1": {"f:spec": {}}}
+    theirs = {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"}
+    dep["metadata"]["managedFields"] = [ours, theirs]
+    cache = synced((Kind.DEPLOYMENT, dep))
+    _, stored = cache.lookup(Kind.DEPLOYMENT, "ns", "d")
+    assert stored is not None and stored["metadata"]["managedFields"] == [ours]
+    assert dep["metadata"]["managedFields"] == [ours, theirs]

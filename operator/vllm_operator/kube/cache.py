@@ -27,16 +27,23 @@ Rules that keep the memory view correct:
   read that meets an expired entry goes to the API server, and a list answered there replaces
   what the cache holds for that selection (what it does not return is gone).
 - Reads return copies: callers may modify what they get without touching the cache.
+- Objects are kept as compact JSON text (with their labels and resourceVersion beside it) and
+  decoded on read: a Deployment is ~9 KB of JSON but ~50 KB as Python dicts, and a read needs a
+  fresh copy anyway (decoding one costs about what a deep copy does). managedFields entries of
+  other managers are dropped (diff.py reads only the operator's own), and so are pods' and
+  nodes' entirely and a node's image list.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from vllm_operator.api.service import FIELD_MANAGER
 from vllm_operator.kube.gateway import (
     APPLIED_KINDS,
     ConflictError,
@@ -68,16 +75,6 @@ that two re-lists did not confirm is read again from the API server."""
 Key = tuple[str, str]  # namespace ("" for nodes), name
 
 
-def copy_json(value: Any) -> Any:
-    """A deep copy of a JSON-like value (dicts, lists, scalars): several times faster than
-    copy.deepcopy, which matters on the read path of every reconcile."""
-    if isinstance(value, dict):
-        return {k: copy_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [copy_json(v) for v in value]
-    return value
-
-
 def _rv(obj: Obj) -> int | None:
     """The resourceVersion as an integer, or None when absent or not numeric.
 
@@ -101,23 +98,45 @@ def _key(obj: Obj) -> Key:
 
 
 def _slim(kind: Kind, obj: Obj) -> Obj:
-    """What is kept of an object: pods and nodes lose what no reader uses (managedFields, a node's
-    image list), which is most of their size; applied kinds keep managedFields (diff.py reads
-    the operator's own entry)."""
-    if kind not in (Kind.POD, Kind.NODE):
-        return obj
+    """What is kept of an object (a shallow copy; `obj` is left alone): no reader uses other
+    managers' managedFields entries (diff.py and replicas.py read the operator's own), pods' and
+    nodes' entries or a node's image list, which are most of their size."""
     slim = dict(obj)
     meta = slim.get("metadata")
     if isinstance(meta, dict) and "managedFields" in meta:
-        slim["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+        meta = {k: v for k, v in meta.items() if k != "managedFields"}
+        if kind not in (Kind.POD, Kind.NODE):
+            ours = [
+                e
+                for e in obj["metadata"]["managedFields"] or []
+                if isinstance(e, dict) and e.get("manager") == FIELD_MANAGER
+            ]
+            if ours:
+                meta["managedFields"] = ours
+        slim["metadata"] = meta
     status = slim.get("status")
     if kind is Kind.NODE and isinstance(status, dict) and "images" in status:
         slim["status"] = {k: v for k, v in status.items() if k != "images"}
     return slim
 
 
-def _matches(obj: Obj, selector: dict[str, str]) -> bool:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
+class _Entry:
+    """One stored object: its JSON text, and what the cache itself needs without decoding it."""
+
+    __slots__ = ("rv", "labels", "text")
+
+    def __init__(self, kind: Kind, obj: Obj) -> None:
+        self.rv = _rv(obj)
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        self.labels: dict[str, str] = dict(labels) if isinstance(labels, dict) else {}
+        self.text = json.dumps(_slim(kind, obj), separators=(",", ":"))
+
+    def decode(self) -> Obj:
+        obj: Obj = json.loads(self.text)
+        return obj
+
+
+def _matches(labels: dict[str, str], selector: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
@@ -138,7 +157,7 @@ class WatchCache:
         self.namespaces = frozenset(namespaces)
         self.ttl = ttl
         self._clock = clock
-        self._objects: dict[Kind, dict[Key, Obj]] = {k: {} for k in CACHED_KINDS}
+        self._objects: dict[Kind, dict[Key, _Entry]] = {k: {} for k in CACHED_KINDS}
         # Label selectors always name a service's instance label: (kind, namespace, instance) ->
         # keys, so a selection looks at one service's objects, not at every object of the kind.
         self._groups: dict[tuple[Kind, str, str], set[Key]] = {}
@@ -168,7 +187,7 @@ class WatchCache:
             if _older(rv, self._tombstones.get((kind, key))):
                 return False
             current = self._objects[kind].get(key)
-            if current is not None and _older(rv, _rv(current)):
+            if current is not None and _older(rv, current.rv):
                 return False
             self._tombstones.pop((kind, key), None)
             self._stale.discard((kind, key))
@@ -180,7 +199,7 @@ class WatchCache:
                 return True
             self._foreign[kind].pop(key, None)
             self._drop(kind, key)
-            self._objects[kind][key] = _slim(kind, obj)
+            self._objects[kind][key] = _Entry(kind, obj)
             group = (kind, key[0], str(labels.get(LABEL_INSTANCE, "")))
             self._groups.setdefault(group, set()).add(key)
             return True
@@ -190,8 +209,7 @@ class WatchCache:
         old = self._objects[kind].pop(key, None)
         if old is None:
             return
-        labels = (old.get("metadata") or {}).get("labels") or {}
-        group = (kind, key[0], str(labels.get(LABEL_INSTANCE, "")))
+        group = (kind, key[0], str(old.labels.get(LABEL_INSTANCE, "")))
         members = self._groups.get(group)
         if members is not None:
             members.discard(key)
@@ -204,7 +222,7 @@ class WatchCache:
         rv = _rv(obj)
         with self._guard:
             current = self._objects[kind].get(key)
-            if current is not None and _older(rv, _rv(current)):
+            if current is not None and _older(rv, current.rv):
                 return  # a deletion older than what we hold: the object was re-created since
             self._drop(kind, key)
             self._foreign[kind].pop(key, None)
@@ -247,16 +265,16 @@ class WatchCache:
             # Only expired entries: one stored after the list was taken is newer than the list.
             gone = [
                 key
-                for key, obj in self._objects[kind].items()
+                for key, entry in self._objects[kind].items()
                 if (namespace is None or key[0] == namespace)
                 and key not in names
-                and _matches(obj, selector)
+                and _matches(entry.labels, selector)
                 and self._expired(kind, key, now)
             ]
         for key in gone:
             self.remove(kind, {"metadata": {"namespace": key[0], "name": key[1]}})
         for obj in listed:
-            self.store(kind, copy_json(obj))
+            self.store(kind, obj)
 
     def _expired(self, kind: Kind, key: Key, now: float) -> bool:
         seen = self._seen.get((kind, key))
@@ -282,9 +300,9 @@ class WatchCache:
                 or self._expired(kind, key, now)
             ):
                 return False, None
-            obj = self._objects[kind].get(key)
-        # Copied outside the guard: stored objects are replaced, never modified in place.
-        return True, copy_json(obj) if obj is not None else None
+            entry = self._objects[kind].get(key)
+        # Decoded outside the guard: entries are replaced, never modified in place.
+        return True, entry.decode() if entry is not None else None
 
     def select(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj] | None:
         """Copies of the objects in `namespace` whose labels match; None when not answered."""
@@ -299,12 +317,12 @@ class WatchCache:
                 )
             else:
                 keys = [k for k in objects if k[0] == namespace]
-            selected = [(key, objects[key]) for key in keys if _matches(objects[key], selector)]
+            selected = [
+                (key, objects[key]) for key in keys if _matches(objects[key].labels, selector)
+            ]
             if any(self._expired(kind, key, now) for key, _ in selected):
                 return None
-            found = [obj for _, obj in selected]
-        found.sort(key=lambda o: str((o.get("metadata") or {}).get("name", "")))
-        return [copy_json(o) for o in found]
+        return [entry.decode() for _, entry in sorted(selected, key=lambda ke: ke[0])]
 
     def all_of(self, kind: Kind) -> list[Obj] | None:
         """Copies of every cached object of a kind (nodes); None when not synced."""
@@ -315,7 +333,7 @@ class WatchCache:
             found = sorted(self._objects[kind].items())
             if any(self._expired(kind, key, now) for key, _ in found):
                 return None
-        return [copy_json(o) for _, o in found]
+        return [entry.decode() for _, entry in found]
 
 
 class CachedGateway:
@@ -346,7 +364,7 @@ class CachedGateway:
             return obj
         obj = self.inner.get(kind, namespace, name)
         if obj is not None:
-            self.cache.store(kind, copy_json(obj))
+            self.cache.store(kind, obj)
         return obj
 
     def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
@@ -400,7 +418,7 @@ class CachedGateway:
             self.cache.invalidate(kind, str(meta.get("namespace", "")), str(meta.get("name", "")))
             raise
         if kind in APPLIED_KINDS and isinstance(live, dict):
-            self.cache.store(kind, copy_json(live))
+            self.cache.store(kind, live)
         return live
 
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
@@ -410,7 +428,7 @@ class CachedGateway:
     def apply_status(self, namespace: str, name: str, status: Obj) -> Obj | None:
         live = self.inner.apply_status(namespace, name, status)
         if isinstance(live, dict):
-            self.cache.store(Kind.VLLM_SERVICE, copy_json(live))
+            self.cache.store(Kind.VLLM_SERVICE, live)
         return live
 
     def emit_event(self, event: EventRecord) -> None:
@@ -425,4 +443,4 @@ class CachedGateway:
         return self.inner.evict_pod(namespace, pod)
 
 
-__all__ = ["CACHED_KINDS", "CachedGateway", "WatchCache", "copy_json"]
+__all__ = ["CACHED_KINDS", "CachedGateway", "WatchCache"]
