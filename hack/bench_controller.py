@@ -210,6 +210,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
     cluster = LocalCluster(state, binaries=find_binaries(build=True))
     cluster.up()
     rows: list[tuple[str, str, str]] = []
+    steady_profile_lines: list[str] = []
     profile_lines: list[str] = []
     try:
         kube = cluster.kube
@@ -288,9 +289,13 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
 
         # Steady state: nothing changes, so nothing should be written and (with the watch caches)
         # nothing read; CPU is the idle cost of N services (their remediation evaluations).
+        steady_profiler = Profiler(pid, state / "steady.txt") if args.profile else None
         before = Sample.take(op)
         time.sleep(args.steady_seconds)
         steady = Sample.take(op).minus(before)
+        if steady_profiler is not None:
+            steady_profiler.stop()
+            steady_profile_lines = profile_summary(steady_profiler.out)
 
         # One spec edit among N: a replica change (no pod-template change, so no settle wait).
         edited, deployment = _editable(kube)
@@ -428,6 +433,10 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             "",
             *profile_lines,
             "",
+            f"### Profile of the {n}-service steady window (py-spy)",
+            "",
+            *steady_profile_lines,
+            "",
         ]
     return lines, not missed
 
@@ -495,7 +504,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--services", type=int, default=200)
     parser.add_argument("--steady-seconds", type=float, default=120.0)
-    parser.add_argument("--profile", action="store_true", help="py-spy the run until converged")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy the run until converged and the steady window",
+    )
     parser.add_argument("--profile-out", type=Path, default=None, help="keep the raw stacks")
     parser.add_argument("--write", default=str(REPO / "docs" / "controller-benchmark.md"))
     args = parser.parse_args()
