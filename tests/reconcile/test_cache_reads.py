@@ -1,6 +1,8 @@
 """The controller on the watch cache (#21): a no-op reconcile and an idle evaluation read nothing
 from the API server, and what the cache learns from writes is what the next reconcile sees."""
 
+import threading
+import time
 from datetime import timedelta
 
 from vllm_operator.hub.resolver import HubArchitectureResolver
@@ -89,3 +91,33 @@ def test_a_status_write_is_seen_by_the_next_reconcile_without_its_watch_event() 
     ctl.reconcile("default", SERVICE)
     assert fake.writes["status"] == written
     assert counter.reads.total() == 0
+
+
+def test_a_trigger_joins_a_reconcile_still_waiting_for_the_lock() -> None:
+    """Deployment events in a burst (#21): one waiting reconcile reads the newest state for all."""
+    fake = cluster()
+    fake.add(example("llama-3.1-8b-l4.yaml"))
+    counter = ReadCounter(fake)
+    ctl = Controller(counter, HubArchitectureResolver(fake, OfflineHub()), clock=lambda: T0)
+    key = ("default", SERVICE)
+    lock = ctl._lock(key)
+    lock.acquire()  # a reconcile of this service is running
+    waiting = threading.Thread(target=ctl.reconcile, args=key)
+    waiting.start()
+    deadline = time.monotonic() + 10
+    while key not in ctl._waiting:
+        assert time.monotonic() < deadline, "the second reconcile never queued"
+        time.sleep(0.001)
+    joining = threading.Thread(target=ctl.reconcile, args=key)
+    joining.start()
+    joining.join(timeout=10)  # it joins the waiting reconcile: returns without the lock
+    returned = not joining.is_alive()
+    reads = counter.reads.total()
+    lock.release()
+    joining.join(timeout=10)
+    assert returned
+    assert reads == 0
+    waiting.join(timeout=10)
+    assert not waiting.is_alive()
+    assert fake.writes["apply:Deployment"] == 1  # the waiting reconcile did the work
+    assert counter.reads["get:VLLMService"] == 1

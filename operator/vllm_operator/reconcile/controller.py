@@ -171,6 +171,9 @@ class Controller:
         self.clock = clock
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        # Services with a reconcile waiting for their lock (not yet reading): later triggers
+        # join it instead of queueing another full reconcile (#21).
+        self._waiting: set[tuple[str, str]] = set()
         # (namespace, name) -> canonical GPU labels the service allows (for node triggers).
         self._gpu_index: dict[tuple[str, str], set[str]] = {}
         self._node_fingerprints: dict[str, tuple[Any, ...]] = {}
@@ -274,8 +277,23 @@ class Controller:
         diff-base (#20). A failing service is attempted at most once per backoff period for the
         same generation, whatever triggers arrive (its Deployment's events, nodes, Kopf's retries).
         """
-        with self._lock((namespace, name)):
+        key = (namespace, name)
+        with self._locks_guard:
+            if key in self._waiting:
+                # A reconcile of this service waits for the lock and has not read anything yet:
+                # it will see whatever this trigger saw (the watch cache already holds it).
+                return Outcome()
+            self._waiting.add(key)
+        try:
+            lock = self._lock(key)
+            lock.acquire()
+        finally:
+            with self._locks_guard:
+                self._waiting.discard(key)
+        try:
             return self._reconcile_locked(namespace, name)
+        finally:
+            lock.release()
 
     def _reconcile_locked(self, namespace: str, name: str) -> Outcome:
         started = time.perf_counter()
