@@ -132,6 +132,8 @@ class Profiler:
 
     def __init__(self, pid: int, out: Path) -> None:
         exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        if not Path(exe).exists():
+            raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
         self.out = out
         self.proc = subprocess.Popen(
             [
