@@ -99,3 +99,28 @@ def test_rules_equal_what_the_code_calls() -> None:
     have = granted()
     assert not needed - have, f"missing from the rules file: {sorted(needed - have)}"
     assert not have - needed, f"granted but never called: {sorted(have - needed)}"
+
+
+def kopf_watched() -> set[tuple[str, str]]:
+    """(apiGroup, resource) of every resource a Kopf handler is registered for."""
+    import kopf
+
+    import vllm_operator.handlers.registrations  # noqa: F401 (registers the handlers)
+
+    registry = kopf.get_default_registry()
+    return {
+        (h.selector.group or "", str(h.selector.any_name))
+        for handlers in (registry._indexing, registry._watching, registry._changing)
+        for h in handlers.get_all_handlers()
+        if h.selector is not None
+    }
+
+
+def test_kopf_grants_cover_every_watched_resource() -> None:
+    """KOPF above is written by hand: each resource Kopf lists and watches must be in it."""
+    watched = kopf_watched()
+    assert ("", "pods") in watched  # the watch caches' handlers are registered
+    listed = {(g, r) for g, r, v in KOPF if v in ("list", "watch")}
+    missing = {(g, r, v) for g, r in watched for v in ("list", "watch")} - KOPF
+    assert not missing, f"Kopf watches these without a grant: {sorted(missing)}"
+    assert watched <= listed
