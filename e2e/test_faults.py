@@ -75,9 +75,14 @@ def test_api_server_restart_change_after_recovery_is_seen_promptly(
     assert after == before
     log = operator.log_file.read_text()
     assert "Traceback" not in log, log[-4000:]
-    # The timer's evaluations during the outage failed as counted, retryable gateway errors.
-    errors = operator.metrics()
-    assert errors.get('vllm_operator_reconcile_errors_total{reason="UnavailableError"}', 0) > 0
+    # Evaluations during the outage read from the watch caches (#21), so they need not fail at
+    # all; whatever did fail was a counted, retryable gateway error, never an internal one.
+    failures = {
+        k: v
+        for k, v in operator.metrics().items()
+        if k.startswith("vllm_operator_reconcile_errors_total") and v > 0
+    }
+    assert all('reason="UnavailableError"' in k for k in failures), failures
 
 
 def test_nested_annotation_on_a_node_stalls_nothing_and_warns_once_on_the_node(
