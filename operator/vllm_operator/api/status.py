@@ -41,6 +41,56 @@ class MemoryBreakdown(ApiModel):
     )
 
 
+class HostMemoryComponent(ApiModel):
+    """One part of a replica's host (CPU) memory plan."""
+
+    name: str = Field(
+        description="weightStaging, swapSpace, cpuOffload, kvOffload, sharedMemory, apiServer, "
+        "workers, engineCore or margin."
+    )
+    gib: float = Field(ge=0, description="GiB (2^30 bytes).")
+    reason: str = Field(default="", description="Why this much (the vLLM behaviour it models).")
+
+
+class HostMemory(ApiModel):
+    """Host (CPU) memory of one replica: the vLLM container's memory request and limit.
+
+    An OOMKilled container ran out of this, never of GPU memory (remediation raises the limit).
+    """
+
+    request_gib: int = Field(alias="requestGiB", ge=1, description="Rendered memory request.")
+    limit_gib: int = Field(
+        alias="limitGiB",
+        ge=1,
+        description="Rendered memory limit (equal to the request): the plan, clamped to what the "
+        "pool's nodes can allocate. A HostOOM override in status.overrides raises what is "
+        "rendered above this.",
+    )
+    planned_gib: int = Field(
+        alias="plannedGiB", ge=1, description="The sum of the components, rounded up."
+    )
+    components: list[HostMemoryComponent] = Field(
+        default_factory=list, description="What the plan counts, with a reason each."
+    )
+    node_allocatable_gib: float | None = Field(
+        default=None,
+        alias="nodeAllocatableGiB",
+        description="Smallest allocatable memory of the pool's nodes (absent: unknown).",
+    )
+    max_limit_gib: int | None = Field(
+        default=None,
+        alias="maxLimitGiB",
+        description="The largest limit the pool's nodes can honour (allocatable minus a reserve); "
+        "HostOOM steps stop here.",
+    )
+    clamped: bool = Field(
+        default=False,
+        description="True when the nodes' allocatable memory is below the plan: the limit is "
+        "clamped and loading may be OOMKilled.",
+    )
+    note: str | None = Field(default=None, description="The risk, when clamped.")
+
+
 class PoolPlan(ApiModel):
     """The engine arguments chosen for one GPU pool and why."""
 
@@ -51,6 +101,9 @@ class PoolPlan(ApiModel):
         json_schema_extra={"additionalProperties": {"x-kubernetes-preserve-unknown-fields": True}},
     )
     memory: MemoryBreakdown | None = Field(default=None, description="Expected memory per GPU.")
+    host_memory: HostMemory | None = Field(
+        default=None, description="Host (CPU) memory of one replica: its request and limit."
+    )
     reasons: list[str] = Field(default_factory=list, description="Why each value was chosen.")
     hash: str | None = Field(default=None, description="Hash of the rendered plan.")
 
@@ -108,7 +161,8 @@ class Override(ApiModel):
 
     pool: str = Field(description="GPU type of the pool the override applies to.")
     field: OverrideField = Field(
-        description="vLLM engine field that is overridden, or replicas (scale-out)."
+        description="vLLM engine field that is overridden, replicas (scale-out) or "
+        "host_memory_gib (the container's memory request and limit, after OOMKilled)."
     )
     value: Any = Field(
         description="The value in force.",

@@ -177,7 +177,13 @@ class Controller:
         }
         fingerprint = (
             tuple(labels.get(k) for k in _NODE_FIELDS),
-            tuple(sorted((k, v) for k, v in allocatable.items() if k.startswith("nvidia.com/"))),
+            tuple(
+                sorted(
+                    (k, v)
+                    for k, v in allocatable.items()
+                    if k.startswith("nvidia.com/") or k == "memory"  # memory: host-memory cap
+                )
+            ),
             ready,
             bool((node.get("spec") or {}).get("unschedulable")),
             tuple(sorted(annotations.items())),

@@ -13,7 +13,9 @@ from vllm_operator.api.status import HistoryEntry, Override
 
 RESTORABLE = frozenset({Reason.BURST_OOM, Reason.KV_PRESSURE, Reason.PREFIX_CACHE_WASTE})
 """Overrides stepped back after a quiet period. StartupOOM overrides are kept: they carry what
-vLLM itself measured, and undoing them would crash the pod again (they go when the plan changes)."""
+vLLM itself measured, and undoing them would crash the pod again (they go when the plan changes).
+HostOOM overrides (a larger host-memory limit) are kept for the same reason: the container was
+killed at the smaller limit, and a larger limit costs no throughput."""
 
 METRIC_DRIVEN = frozenset(
     {Reason.KV_PRESSURE, Reason.PREFIX_CACHE_WASTE, Reason.CHRONIC_FRAGMENTATION}

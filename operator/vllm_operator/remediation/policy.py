@@ -9,7 +9,9 @@ remediation.diagnosis; classification.py, steps.py and guards.py hold the parts)
    another process (startup-free-memory) or CUDA-graph capture is the cause.
 2. BurstOOM - CUDA OOM in a forward pass after serving (runtime-cuda-oom): lower
    max_num_batched_tokens, then max_num_seqs, by stepFraction, down to their floors.
-   HostOOM - OOMKilled (host RAM): never a GPU argument.
+   HostOOM - OOMKilled (host RAM): raise the container's memory limit by a bounded step up to
+   what the pool's nodes can allocate (TargetUnmet there); never a GPU argument. Kept like a
+   StartupOOM override (a smaller limit would be killed again); a new plan above it clears it.
 3. KVPressure - KV usage >= threshold for the whole window with a backed-up queue or preemptions:
    scale out when maxReplicas allows, else turn prefix caching off when its hit rate is below the
    floor (PrefixCacheWaste), else lower max_num_seqs down to the spec's concurrency.
