@@ -183,28 +183,39 @@ def test_prometheus_down_means_metrics_unavailable_and_no_action(
     assert not [h for h in history(kube, namespace) if h["reason"] == "KVPressure"]
 
 
-def test_oom_killed_pod_is_host_memory_and_leaves_gpu_args_alone(
+def test_oom_killed_pod_raises_the_memory_limit_and_leaves_gpu_args_alone(
     kube: Kube, namespace: str, started: tuple[OperatorProcess, None, str]
 ) -> None:
     _, _, pod = started
     dep_path = f"/apis/apps/v1/namespaces/{namespace}/deployments/llama-8b-chat-l4"
-    before = kube.get(dep_path)["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    def container() -> dict[str, Any]:
+        found: dict[str, Any] = kube.get(dep_path)["spec"]["template"]["spec"]["containers"][0]
+        return found
+
+    before = container()
+    host = kube.get(path(namespace))["status"]["pools"][0]["plan"]["hostMemory"]
+    planned = f"{host['limitGiB']}Gi"
+    assert before["resources"]["requests"]["memory"] == planned
+    assert before["resources"]["limits"]["memory"] == planned
     set_container_status(kube, namespace, pod)  # OOMKilled, exit 137, CrashLoopBackOff
 
-    def host_oom() -> dict[str, Any] | None:
+    def raised() -> dict[str, Any] | None:
         obj = kube.get(path(namespace))
-        pressure = next(
-            (
-                c
-                for c in obj.get("status", {}).get("conditions", [])
-                if c["type"] == "MemoryPressure"
-            ),
-            None,
-        )
-        return obj if pressure and pressure["reason"] == "HostOOM" else None
+        overrides = (obj.get("status") or {}).get("overrides") or []
+        return obj if any(o["field"] == "host_memory_gib" for o in overrides) else None
 
-    obj = wait_for(host_oom, timeout=3 * EVAL_S + 30, what="MemoryPressure=True HostOOM")
+    obj = wait_for(raised, timeout=3 * EVAL_S + 30, what="host_memory_gib override (HostOOM)")
     assert cond(obj, "MemoryPressure")["status"] == "True"
-    after = kube.get(dep_path)["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert after == before  # host RAM ran out: no GPU argument can help
-    assert not [o for o in obj["status"].get("overrides") or [] if o["field"] != "memory"]
+    assert cond(obj, "MemoryPressure")["reason"] == "HostOOM"
+    (override,) = obj["status"]["overrides"]  # nothing but the host-memory limit changed
+    assert override["reason"] == "HostOOM" and override["value"] >= host["limitGiB"] + 4
+    grown = f"{override['value']}Gi"
+
+    def rendered() -> dict[str, Any] | None:
+        current = container()
+        return current if current["resources"]["limits"]["memory"] == grown else None
+
+    after = wait_for(rendered, timeout=30, what=f"the Deployment's memory limit at {grown}")
+    assert after["resources"]["requests"]["memory"] == grown
+    assert after["args"] == before["args"]  # host RAM ran out: no GPU argument can help

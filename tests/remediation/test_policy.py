@@ -528,3 +528,28 @@ def test_host_memory_override_applies_only_above_the_plan() -> None:
     assert raised.host_memory_gib == 13 and raised.engine == planned  # GPU arguments untouched
     moot = effective_args(planned, overrides, POOL, planned_host_memory_gib=16)
     assert moot.host_memory_gib is None  # a newer, larger plan wins
+
+
+def test_invalid_kv_data_is_metrics_invalid_and_no_action() -> None:
+    from vllm_operator.remediation.observations import PodMetrics
+
+    bad = PodMetrics(complete=False, invalid="KV-cache usage 1.5 outside 0-1 (21 of 21 samples)")
+    d = decide(observe(pod(m=bad)), spec(), [], [], {POOL: plan()}, NOW)
+    assert d.actions == ()
+    metrics_cond = {c.type: c for c in d.conditions}["MetricsAvailable"]
+    assert (metrics_cond.status, metrics_cond.reason.value) == ("False", "MetricsInvalid")
+    assert "KV-cache usage 1.5 outside 0-1" in metrics_cond.message
+
+
+def test_unavailable_metrics_keep_their_known_reason() -> None:
+    from vllm_operator.api.reasons import Reason
+
+    obs = Observations(
+        metrics_available=False,
+        metrics_message="vLLM 0.0.1 is not in the version catalog",
+        metrics_unavailable_reason=Reason.UNSUPPORTED_VERSION,
+        pools=observe(pod()).pools,
+    )
+    d = decide(obs, spec(), [], [], {POOL: plan()}, NOW)
+    metrics_cond = {c.type: c for c in d.conditions}["MetricsAvailable"]
+    assert (metrics_cond.status, metrics_cond.reason.value) == ("False", "UnsupportedVersion")

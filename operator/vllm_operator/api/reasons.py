@@ -131,6 +131,11 @@ class Reason(StrEnum):
     METRICS_OK = "MetricsOK", "Fresh vLLM metrics for every pool."
     METRICS_UNAVAILABLE = "MetricsUnavailable", "No Prometheus, or no fresh vLLM series at all."
     METRICS_INCOMPLETE = "MetricsIncomplete", "Missing or stale series for some pools."
+    METRICS_INVALID = (
+        "MetricsInvalid",
+        "vLLM reported values out of range (KV-cache usage below 0 or above 1): no metric-driven "
+        "action on those pools.",
+    )
 
     # Remediation decisions that change nothing
     REMEDIATION_OFF = "RemediationOff", "spec.remediation.mode is off."

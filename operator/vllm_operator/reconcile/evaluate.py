@@ -106,6 +106,7 @@ class Evaluator:
         observations = Observations(
             metrics_available=metrics.available,
             metrics_message=metrics.message,
+            metrics_unavailable_reason=metrics.reason,
             pools=[
                 PoolObservation(
                     pool=pool,

@@ -148,6 +148,7 @@ def decide(
     unmet: list[str] = []
     degraded: list[str] = []
     incomplete: list[str] = []
+    invalid: list[str] = []
     new_overrides = list(overrides)
 
     for pool in sorted(observations.pools, key=lambda p: p.pool):
@@ -156,6 +157,11 @@ def decide(
         result = policy.evaluate_pool(pool, metrics_ok)
         if metrics_ok and not result.metrics_complete and any(p.ready for p in pool.pods):
             incomplete.append(pool.pool)
+            invalid.extend(
+                f"{pool.pool} pod {p.name}: {p.metrics.invalid}"
+                for p in pool.pods
+                if p.ready and p.metrics is not None and p.metrics.invalid
+            )
         if result.degraded:
             degraded.append(result.degraded)
         if result.finding is not None:
@@ -200,7 +206,7 @@ def decide(
         if not recommend:
             new_overrides = _apply(new_overrides, action, now)
 
-    conditions = _conditions(observations, findings, unmet, degraded, incomplete)
+    conditions = _conditions(observations, findings, unmet, degraded, incomplete, invalid)
     new_history = append_history(history, [*notes, *(_entry(a, now, recommend) for a in actions)])
     top = actions[0] if actions else None
     return Decision(
@@ -226,6 +232,7 @@ def _conditions(
     unmet: Sequence[str],
     degraded: Sequence[str],
     incomplete: Sequence[str],
+    invalid: Sequence[str] = (),
 ) -> tuple[ConditionUpdate, ...]:
     conds: list[ConditionUpdate] = []
     if not obs.metrics_available:
@@ -233,8 +240,20 @@ def _conditions(
             ConditionUpdate(
                 type="MetricsAvailable",
                 status="False",
-                reason=Reason.METRICS_UNAVAILABLE.value,
+                reason=(obs.metrics_unavailable_reason or Reason.METRICS_UNAVAILABLE).value,
                 message=obs.metrics_message or "no fresh vLLM metrics: no metric-driven action",
+            )
+        )
+    elif invalid:
+        conds.append(
+            ConditionUpdate(
+                type="MetricsAvailable",
+                status="False",
+                reason=Reason.METRICS_INVALID.value,
+                message="invalid data from vLLM ("
+                + "; ".join(invalid)
+                + "): no metric-driven action on pools "
+                + ", ".join(incomplete),
             )
         )
     elif incomplete:
