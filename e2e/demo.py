@@ -217,6 +217,14 @@ def print_status_plan(kube: Kube, namespace: str, name: str) -> None:
                 f"      weights {memory['weightsGiB']} GiB, KV {memory['kvCacheGiB']} GiB = "
                 f"{memory['kvCacheTokens']} tokens ({memory['concurrencyAtP99']} x P99)"
             )
+        host = plan.get("hostMemory") or {}
+        if host:
+            print(
+                f"      host memory request = limit = {host['limitGiB']} GiB "
+                f"(planned {host['plannedGiB']}"
+                + (", clamped to the nodes" if host.get("clamped") else "")
+                + ")"
+            )
 
 
 def play_scenario(state_dir: Path) -> int:
