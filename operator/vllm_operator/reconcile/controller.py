@@ -214,7 +214,8 @@ class Controller:
                 m.RECONCILE_SECONDS.observe(time.perf_counter() - started)
 
     def evaluate(self, namespace: str, name: str) -> Outcome:
-        """Run-time remediation for one service; re-renders its pools when overrides change."""
+        """Run-time remediation for one service; reconciles again when overrides or a pool's
+        failure changed (re-rendered pools, Degraded re-derived)."""
         with self._lock((namespace, name)):
             try:
                 body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
