@@ -93,6 +93,7 @@ def test_burst_oom_lowers_batched_tokens_once_and_rolls_the_pool() -> None:
     assert override["field"] == "max_num_batched_tokens" and override["reason"] == "BurstOOM"
     assert flag(args_of(gw), "--max-num-batched-tokens") == override["value"] < planned
     assert status["history"][-1]["reason"] == "BurstOOM"
+    assert status["history"][-1]["recommended"] is False
     assert any(e.reason == "BurstOOM" for e in gw.events)
     # The plan in status is still the plan: the policy measures its steps against it.
     assert status["pools"][0]["plan"]["engineArgs"]["max_num_batched_tokens"] == planned

@@ -134,7 +134,7 @@ class Evaluator:
         conditions = list(status.conditions)
         for update in decision.conditions:
             if update.type == ConditionType.DEGRADED:
-                continue  # the reconcile owns Degraded and folds MemoryPressure into it
+                continue  # the reconcile owns Degraded and folds pools[].failure into it
             conditions = set_condition(
                 conditions,
                 type_=update.type,
