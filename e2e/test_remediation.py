@@ -231,6 +231,14 @@ def test_oom_killed_pod_is_host_memory_and_leaves_gpu_args_alone(
 
     obj = wait_for(host_oom, timeout=3 * EVAL_S + 30, what="MemoryPressure=True HostOOM")
     assert cond(obj, "MemoryPressure")["status"] == "True"
+    degraded = wait_for(
+        lambda: (lambda c: c if c.get("reason") == "HostOOM" else None)(
+            cond(kube.get(path(namespace)), "Degraded")
+        ),
+        timeout=EVAL_S,
+        what="Degraded=True HostOOM",
+    )
+    assert degraded["status"] == "True" and f"pod {pod}" in degraded["message"]
     after = kube.get(dep_path)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert after == before  # host RAM ran out: no GPU argument can help
     assert not [o for o in obj["status"].get("overrides") or [] if o["field"] != "memory"]
