@@ -198,11 +198,14 @@ def crd(kube: Kube) -> dict[str, Any]:
     (obj,) = load_manifests(CRD_FILE)
     kube.apply(obj)
     name = obj["metadata"]["name"]
-    return kube.wait_condition(
+    established = kube.wait_condition(
         f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
         "Established",
         timeout=30,
     )
+    group, version = obj["spec"]["group"], obj["spec"]["versions"][0]["name"]
+    kube.wait_served(f"{group}/{version}", obj["spec"]["names"]["kind"])
+    return established
 
 
 @pytest.fixture

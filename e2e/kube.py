@@ -182,6 +182,19 @@ class Kube:
                 return found
         raise LookupError(f"Kind {kind} not served at apiVersion={api_version}")
 
+    def wait_served(self, api_version: str, kind: str, *, timeout: float = 30) -> ResourceInfo:
+        """Wait until discovery lists `kind` (a CRD can be Established before the aggregated
+        discovery of its group is updated; under load that gap is seconds)."""
+
+        def served() -> ResourceInfo | None:
+            found = self._discover(api_version).get(kind)
+            if found is not None:
+                self._discovery[api_version] = self._discover(api_version)
+            return found
+
+        info: ResourceInfo = wait_for(served, timeout=timeout, what=f"{kind} served")
+        return info
+
     def _discover(self, api_version: str) -> dict[str, ResourceInfo]:
         path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
         try:

@@ -50,6 +50,8 @@ def test_api_server_restart_change_after_recovery_is_seen_promptly(
     if cluster.local is None:
         pytest.skip("needs the local control plane (stops and starts kube-apiserver)")
     obj = example("llama-3.1-8b-l4.yaml", namespace)
+    # Evaluated every 10 s (the minimum): at least one evaluation falls into the 12 s outage.
+    obj["spec"]["remediation"] = {"evaluationIntervalSeconds": 10}
     name = obj["metadata"]["name"]
     kube.apply(obj)
     wait_condition(kube, namespace, name, "Ready", "True")
@@ -75,7 +77,7 @@ def test_api_server_restart_change_after_recovery_is_seen_promptly(
     assert after == before
     log = operator.log_file.read_text()
     assert "Traceback" not in log, log[-4000:]
-    # The timer's evaluations during the outage failed as counted, retryable gateway errors.
+    # The scheduler's evaluations during the outage failed as counted, retryable gateway errors.
     errors = operator.metrics()
     assert errors.get('vllm_operator_reconcile_errors_total{reason="UnavailableError"}', 0) > 0
 

@@ -157,6 +157,7 @@ def test_burst_oom_lowers_batched_tokens_once_and_rolls_the_pool() -> None:
     assert override["field"] == "max_num_batched_tokens" and override["reason"] == "BurstOOM"
     assert flag(args_of(gw), "--max-num-batched-tokens") == override["value"] < planned
     assert status["history"][-1]["reason"] == "BurstOOM"
+    assert status["history"][-1]["recommended"] is False
     assert any(e.reason == "BurstOOM" for e in gw.events)
     # The plan in status is still the plan: the policy measures its steps against it.
     assert status["pools"][0]["plan"]["engineArgs"]["max_num_batched_tokens"] == planned
@@ -174,7 +175,7 @@ def test_recommend_mode_reports_without_changing_the_pool() -> None:
     ctl.evaluate("default", "llama-8b-chat")
     status = status_of(gw, "llama-8b-chat")
     assert status["overrides"] == []
-    assert status["history"][-1]["message"].startswith("Recommended:")
+    assert status["history"][-1]["recommended"] is True
     assert args_of(gw) == before
 
 

@@ -442,7 +442,8 @@ def test_recommend_mode_only_reports() -> None:
         NOW,
     )
     assert not d.applied and d.evictions == () and d.overrides == ()
-    assert d.actions and d.history[-1].message.startswith("Recommended: ")
+    assert d.actions and d.history[-1].recommended
+    assert not d.history[-1].message.startswith("Recommended")
     assert d.events[0].message.startswith("Recommended: ")
     d = decide(observe(pod(m=SATURATED)), spec(mode="recommend"), [], [], {POOL: plan()}, NOW)
     assert d.overrides == () and d.actions[0].to_value == 18

@@ -141,6 +141,28 @@ class ObservedCapacity(ApiModel):
     )
 
 
+class PoolFailure(ApiModel):
+    """Why a pool's pods do not run clean: the crash the classifier read, or a stalled startup.
+
+    Set by the run-time evaluation and kept until the pool runs clean again (every desired
+    replica Ready, none crash-looping, no termination since); the reconcile folds it into
+    Degraded, so Degraded stays True while a pool crashes even after a remediation step.
+    """
+
+    reason: str = Field(description="Degraded reason: StartupOOM, RuntimeOOM, HostOOM, ...")
+    failure_class: str | None = Field(
+        default=None,
+        description="Diagnosis class (startup-cuda-oom, host-oom, other, ...); none for a stall.",
+    )
+    pod: str = Field(description="The pod whose failure is reported (the newest).")
+    message: str = Field(description="Pool, pod, class and the numbers the classifier read.")
+    since: datetime = Field(description="When the pool was first found failing.")
+    last_termination: datetime | None = Field(
+        default=None,
+        description="finishedAt of the newest termination read (newer is a new crash).",
+    )
+
+
 class PoolStatus(ApiModel):
     """One Deployment serving the model on one GPU type."""
 
@@ -153,6 +175,9 @@ class PoolStatus(ApiModel):
     message: str | None = Field(default=None, description="Why the pool is not serving, if so.")
     observed: ObservedCapacity | None = Field(
         default=None, description="The engine's own KV-cache capacity and its deviation from plan."
+    )
+    failure: PoolFailure | None = Field(
+        default=None, description="Why the pool's pods crash or stall; absent when they run clean."
     )
 
 
@@ -192,6 +217,11 @@ class HistoryEntry(ApiModel):
     )
     reason: str = Field(description="CamelCase reason of the step.")
     message: str = Field(default="", description="Human-readable explanation.")
+    recommended: bool = Field(
+        default=False,
+        description="True when the step was only recommended (remediation mode recommend): "
+        "nothing changed.",
+    )
 
 
 class VLLMServiceStatus(ApiModel):

@@ -248,7 +248,8 @@ class Controller:
             m.RECONCILE_SECONDS.observe(time.perf_counter() - started)
 
     def evaluate(self, namespace: str, name: str) -> Outcome:
-        """Run-time remediation for one service; re-renders its pools when overrides change.
+        """Run-time remediation for one service; reconciles again when overrides or a pool's
+        failure changed (re-rendered pools, Degraded re-derived).
 
         A failure is reported like a reconcile's (`_failed`) with its own backoff: the scheduler
         tries this service again after the RetryableError's delay.

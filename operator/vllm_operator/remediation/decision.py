@@ -75,7 +75,8 @@ class Decision(_Model):
 
     In `auto` mode `overrides`/`history` already include the actions and `evictions` lists the pods
     to drain and evict. In `recommend` mode `overrides` are unchanged, `evictions` is empty, and the
-    actions appear in `history` (message prefixed "Recommended:") and Events only. In `off` mode
+    actions appear in `history` (entries with `recommended` set) and Events (message prefixed
+    "Recommended:") only. In `off` mode
     nothing changes and no conditions are proposed.
     """
 

@@ -88,6 +88,10 @@ class PodObservation(_Model):
         default=None, description="state.waiting.reason of the vLLM container (CrashLoopBackOff)."
     )
     last_termination: ContainerTermination | None = None
+    running_since: datetime | None = Field(
+        default=None,
+        description="state.running.startedAt of the vLLM container (for a stalled startup).",
+    )
     metrics: PodMetrics | None = Field(
         default=None, description="None when Prometheus has no series for the pod."
     )

@@ -79,7 +79,7 @@ class _Policy(Classifier, Steps):
 
 
 def _entry(action: Action, now: datetime, recommend: bool) -> HistoryEntry:
-    prefix = "Recommended: " if recommend else ""
+    """The history record of a step; a recommended one is marked by its field, not its text."""
     return HistoryEntry(
         time=now,
         pool=action.pool,
@@ -87,7 +87,8 @@ def _entry(action: Action, now: datetime, recommend: bool) -> HistoryEntry:
         from_value=action.from_value,
         to_value=action.to_value,
         reason=action.reason.value,
-        message=prefix + action.message,
+        message=action.message,
+        recommended=recommend,
     )
 
 
