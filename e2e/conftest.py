@@ -33,11 +33,14 @@ from e2e.localcluster import (
     run_dir,
     tools_unavailable,
 )
+from e2e.realvllm import serving_engine, vllm_cpu
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = REPO_ROOT / "crds" / "serving.vllm-operator.dev_vllmservices.yaml"
 EXAMPLES = REPO_ROOT / "examples"
 E2E_DIR = Path(__file__).resolve().parent
+
+__all__ = ["serving_engine", "vllm_cpu"]  # the real engine's session fixtures (e2e/realvllm.py)
 
 _local: LocalCluster | None = None  # for failure reports
 

