@@ -414,13 +414,17 @@ class RealEngine:
             raise AssertionError(f"GET {self.url}/metrics failed:\n{self.log_tail()}")
         return body.decode()
 
-    def chat(self, model: str, content: str, max_tokens: int = 8) -> dict[str, Any]:
-        """One /v1/chat/completions request through the OpenAI API (raises on HTTP errors)."""
+    def chat(
+        self, model: str, content: str, max_tokens: int = 8, timeout: float = 60, **extra: Any
+    ) -> dict[str, Any]:
+        """One /v1/chat/completions request through the OpenAI API (raises on HTTP errors);
+        `extra` adds request fields (vLLM's ignore_eos, ...)."""
         body = json.dumps(
             {
                 "model": model,
                 "messages": [{"role": "user", "content": content}],
                 "max_tokens": max_tokens,
+                **extra,
             }
         ).encode()
         request = urllib.request.Request(
@@ -428,7 +432,7 @@ class RealEngine:
             data=body,
             headers={"Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(request, timeout=60) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             answer: dict[str, Any] = json.loads(response.read())
             return answer
 
