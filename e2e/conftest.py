@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from e2e import realvllm
 from e2e.kube import Kube, load_manifests
 from e2e.localcluster import (
     LocalCluster,
@@ -32,11 +33,14 @@ from e2e.localcluster import (
     run_dir,
     tools_unavailable,
 )
+from e2e.realvllm import serving_engine, vllm_cpu
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = REPO_ROOT / "crds" / "serving.vllm-operator.dev_vllmservices.yaml"
 EXAMPLES = REPO_ROOT / "examples"
 E2E_DIR = Path(__file__).resolve().parent
+
+__all__ = ["serving_engine", "vllm_cpu"]  # the real engine's session fixtures (e2e/realvllm.py)
 
 _local: LocalCluster | None = None  # for failure reports
 
@@ -104,6 +108,8 @@ def pytest_runtest_makereport(
     report = yield
     if report.failed and _local is not None and E2E_DIR in Path(str(item.path)).parents:
         report.sections.append(("control-plane logs", _local.log_tails()))
+    if report.failed and realvllm.ENGINES and E2E_DIR in Path(str(item.path)).parents:
+        report.sections.append(("vllm serve logs", realvllm.engine_log_tails()))
     return report
 
 
