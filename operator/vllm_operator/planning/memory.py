@@ -78,6 +78,15 @@ CUDA_GRAPH_EST_FIXED_GIB = 0.63
 CUDA_GRAPH_EST_PER_LAYER_HIDDEN_GIB = 0.164e-5  # x layers x hidden
 CUDA_GRAPH_EST_PER_LAYER_MLP_GIB = 0.0447e-6  # x layers x MLP width / TP
 CUDA_GRAPH_EST_TP_GIB = -0.11
+# From 0.20 the graphs' estimate is inside the budget, but vLLM still allocates after the KV cache
+# outside it: the real capture runs against the full KV pool (the estimate was profiled against a
+# minimal one), plus the sampler warm-up and NCCL / custom all-reduce buffers per peer. Only the
+# (1 - util) x total slack holds them. Logged failures: a 22.36 GiB card at util 0.98 (0.45 GiB
+# slack) OOMs in graph capture and boots at 0.97 (0.67 GiB; vllm#57475, vLLM 0.29); gpt-oss-120b
+# TP8 on 31.38 GiB cards at 0.95 (1.57 GiB slack) ends 1.37 GiB over its budget and fails
+# (vllm#51590 comment, vLLM 0.28). Warned, not refused: the slope per TP peer rests on one log.
+POST_KV_SLACK_GIB = 0.50
+POST_KV_SLACK_PER_TP_PEER_GIB = 0.17
 # Part of the estimate that does not shrink with the capture size: a capture of size 1 still
 # logs 0.36-0.43 GiB (vLLM 0.20 / 0.2x logs in docs/planning-model.md).
 CUDA_GRAPH_EST_FLOOR_GIB = 0.30
@@ -169,6 +178,11 @@ class MemoryEstimate(BaseModel):
     max_concurrency: float
     fits: bool
     reasons: list[str]
+    startup_warnings: list[str] = Field(
+        default_factory=list,
+        description="Predicted failures after the KV cache is allocated (graph capture, "
+        "sampler warm-up): the KV figure stands, but vLLM may stop before serving.",
+    )
 
 
 # ------------------------------------------------------------------------------------ weights
@@ -259,12 +273,16 @@ def mxfp4_padded_dims(
     and its Hopper MX value layout (mxfp4_utils._swizzle_mxfp4) holds hidden at a multiple of 256:
     measured, gpt-oss-120b logs 64.38 GiB with the Triton backend at 0.14.1 (vllm#33155), which
     the unpadded shape under-counts by 5.6 %. gpt-oss has hidden 2880: padding adds 6.7 %.
+    TRT-LLM is chosen on sm100 only (`is_device_capability(100)`; `capability.major == 10` in
+    later releases) and the Triton kernels for (9, 0) <= capability < (11, 0)
+    (mxfp4.py `_auto_select_mxfp4_backend`): sm12x (RTX PRO / RTX 50xx, GB10) takes the Marlin
+    fallback.
     """
     hidden = arch.hidden_size
     inter = (arch.moe_intermediate_size or arch.intermediate_size) // tp
     major = compute_capability[0] if compute_capability is not None else 0
     triton = optional_kernels or (version is not None and version.at_least("0.12.0"))
-    if major >= 10:
+    if major == 10:
         return _round_up(hidden, 256), _round_up(
             inter, 128 if version is not None and version.at_least("0.33.0") else 256
         )
@@ -401,6 +419,11 @@ def non_torch_gib(sem: MemorySemantics, args: ResolvedArgs, sm: tuple[int, int] 
         big = sm is not None and sm >= (9, 0) and version.at_least("0.12.0")
         base += NON_TORCH_TP_GIB_SM90 if big else NON_TORCH_TP_GIB
     return base
+
+
+def post_kv_slack_gib(tp: int) -> float:
+    """Memory vLLM 0.20+ allocates after the KV cache, outside its budget (POST_KV_SLACK_*)."""
+    return POST_KV_SLACK_GIB + POST_KV_SLACK_PER_TP_PEER_GIB * (tp - 1)
 
 
 def cuda_graph_capture_size(args: ResolvedArgs) -> int:
@@ -709,13 +732,24 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
             f"max_model_len {resolved.max_model_len} is larger than the {tokens} tokens the KV "
             "cache holds: vLLM refuses to start"
         )
+    startup: list[str] = []
+    headroom = total * (1 - util)
     if not sem.subtracts_cuda_graphs and not resolved.enforce_eager:
-        headroom = total * (1 - util)
         if cg > headroom - 0.1:
-            reasons.append(
+            startup.append(
                 f"CUDA graphs (~{cg:.2f} GiB) are captured after the KV cache and may not fit in "
                 f"the {headroom:.2f} GiB left by gpu_memory_utilization {util}"
             )
+    elif not resolved.enforce_eager and kv > 0:
+        need = post_kv_slack_gib(tp)
+        if headroom < need:
+            startup.append(
+                f"only {headroom:.2f} GiB is left outside gpu_memory_utilization {util}; vLLM "
+                f"{resolved.vllm_version} allocates about {need:.2f} GiB after the KV cache (graph "
+                "capture against the full KV pool, sampler warm-up, all-reduce buffers) and may "
+                "not fit: startup may fail with CUDA out of memory"
+            )
+    reasons += startup
     if arch.sliding_window_layers and sem.engine is Engine.V1:
         reasons.append(
             "sliding-window layers: vLLM V1 groups them apart and reports more tokens than this "
@@ -740,4 +774,5 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         max_concurrency=round(tokens / resolved.max_model_len, 2),
         fits=fits,
         reasons=reasons,
+        startup_warnings=startup,
     )

@@ -31,6 +31,7 @@ from vllm_operator.planning.memory import (
     MemoryEstimate,
     cuda_graph_gib,
     estimate_memory,
+    post_kv_slack_gib,
     resolve_args,
 )
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION, Engine, VllmVersion
@@ -339,6 +340,14 @@ def plan_pool(
                 f"lowered to {util} so CUDA graphs (~{cg:.2f} GiB, captured after the KV cache "
                 f"by vLLM {version}) fit in the remaining memory"
             )
+    elif (1 - util) * gpu.total_gib < post_kv_slack_gib(1):
+        # From 0.20 the graphs' estimate is budgeted, but capture and warm-up still allocate
+        # after the KV cache, outside it (memory.POST_KV_SLACK_GIB).
+        util = math.floor((1 - post_kv_slack_gib(1) / gpu.total_gib) * 100) / 100
+        util_reasons.append(
+            f"lowered to {util} to leave {post_kv_slack_gib(1):.2f} GiB outside the budget for "
+            f"what vLLM {version} allocates after the KV cache (graph capture, sampler warm-up)"
+        )
     est, tp_notes, last = _search(
         arch,
         gpu,
@@ -433,7 +442,8 @@ def plan_pool(
         "kv_cache_dtype = auto (the model dtype)",
         prefix_reason,
         *fidelity,
-        *[r for r in est.reasons if "sliding-window" in r or "may not fit" in r],
+        *[r for r in est.reasons if "sliding-window" in r],
+        *est.startup_warnings,
     ]
     engine_args = PlannedArgs(
         tensor_parallel_size=args.tensor_parallel_size,
