@@ -483,7 +483,7 @@ def plan_pool(
 
 def _fidelity_reasons(
     with_margin: MemoryEstimate | None,
-    bare: MemoryEstimate | None,
+    bare: MemoryEstimate,
     intent: PlanIntent,
     margin: float,
     why: str,
@@ -495,8 +495,6 @@ def _fidelity_reasons(
     (the target then rests on the model being right within its error).
     """
     pct = f"{margin * 100:.0f} %"
-    if bare is None:
-        return []
     if with_margin is None:
         conc = bare.kv_cache_tokens / intent.p99_context_tokens
         return [
