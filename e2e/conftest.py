@@ -33,6 +33,8 @@ from e2e.localcluster import (
     run_dir,
     tools_unavailable,
 )
+from e2e.operator_process import OperatorProcess
+from e2e.prometheus import REQUIRE_ENV, PrometheusUnavailable, find_prometheus
 from e2e.realvllm import serving_engine, vllm_cpu
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -222,3 +224,26 @@ def namespace(kube: Kube) -> Iterator[str]:
     kube.wait_for_default_service_account(name)
     yield name
     kube.delete(f"/api/v1/namespaces/{name}")
+
+
+# -- shared fixtures of several test modules ---------------------------------------------------
+
+
+@pytest.fixture
+def operator(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log", [namespace])
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def prometheus_binary() -> Path:
+    try:
+        return find_prometheus()
+    except PrometheusUnavailable as err:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"Prometheus is required here: {err}")
+        pytest.skip(f"needs Prometheus (make promtool): {err}")

@@ -8,7 +8,6 @@ bounded lag after a fault clears. Measured numbers are printed (`-rs -s`) for do
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,16 +21,6 @@ from e2e.test_controller import deployments, example, svc_path, wait_condition
 BUDGET = "serving.vllm-operator.dev/gpu-budget"
 
 pytestmark = pytest.mark.usefixtures("crd", "gpu_nodes")
-
-
-@pytest.fixture
-def operator(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log", [namespace])
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 def _generation_observed(kube: Kube, namespace: str, name: str, generation: int) -> bool:

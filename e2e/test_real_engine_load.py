@@ -11,7 +11,6 @@ cluster needed: the policy gets the observation the evaluator would build.
 
 from __future__ import annotations
 
-import os
 import random
 import string
 import threading
@@ -19,16 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
 from tests.remediation.builders import POOL, plan
 
 from e2e.kube import WaitTimeout, wait_for
 from e2e.prometheus import (
-    REQUIRE_ENV,
     LocalPrometheus,
-    PrometheusUnavailable,
     Target,
-    find_prometheus,
 )
 from e2e.realvllm import RealEngine, VllmCpu, running_engine
 from vllm_operator.api.spec import VLLMServiceSpec
@@ -48,16 +43,6 @@ CLIENTS = 14
 PROMPT_TOKENS = 300  # byte-level tokenizer: characters (~3 blocks of 128 with the template)
 OUTPUT_TOKENS = 200  # ~20 s per request at this load: few completions per window
 THRESHOLD = 0.75
-
-
-@pytest.fixture
-def prometheus_binary() -> Path:
-    try:
-        return find_prometheus()
-    except PrometheusUnavailable as err:
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"Prometheus is required here: {err}")
-        pytest.skip(f"needs Prometheus (make promtool): {err}")
 
 
 def spec(version: str) -> VLLMServiceSpec:

@@ -10,7 +10,6 @@ with VLLM_OPERATOR_REQUIRE_VLLM_CPU=1 (`make e2e`).
 
 from __future__ import annotations
 
-import os
 import random
 import string
 import time
@@ -18,14 +17,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
-
 from e2e.prometheus import (
-    REQUIRE_ENV,
     LocalPrometheus,
-    PrometheusUnavailable,
     Target,
-    find_prometheus,
 )
 from e2e.realvllm import (
     RealEngine,
@@ -42,16 +36,6 @@ NAMESPACE = "llm"
 POD = "real-engine-0"
 PREFIX_TOKENS = 1024
 PHASE_S = 6.0
-
-
-@pytest.fixture
-def prometheus_binary() -> Path:
-    try:
-        return find_prometheus()
-    except PrometheusUnavailable as err:
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"Prometheus is required here: {err}")
-        pytest.skip(f"needs Prometheus (make promtool): {err}")
 
 
 PROMPTS = ["hello", "hello there, how are you?", "hello there, how are you today?"]

@@ -14,7 +14,6 @@ engine's own KV capacity in status.pools[].observed next to the plan.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,8 @@ from e2e.conftest import Cluster
 from e2e.kube import Kube, wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.prometheus import (
-    REQUIRE_ENV,
     LocalPrometheus,
-    PrometheusUnavailable,
     Target,
-    find_prometheus,
     free_port,
 )
 from e2e.realvllm import (
@@ -110,16 +106,6 @@ def running_pod(kube: Kube, namespace: str) -> tuple[dict[str, Any], str]:
         return (obj, str(running[0]["metadata"]["name"])) if len(running) == 1 else None
 
     return wait_for(check, timeout=90, what="the service Ready with one Running pod")
-
-
-@pytest.fixture
-def prometheus_binary() -> Path:
-    try:
-        return find_prometheus()
-    except PrometheusUnavailable as err:
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"Prometheus is required here: {err}")
-        pytest.skip(f"needs Prometheus (make promtool): {err}")
 
 
 @pytest.fixture
