@@ -161,6 +161,21 @@ class Kube:
     def get(self, path: str) -> JSON:
         return self.request("GET", path)
 
+    def read_text(self, path: str, query: Mapping[str, str] | None = None) -> str:
+        """GETs a plain-text answer (e.g. ``pods/NAME/log``); raises ApiError on non-2xx."""
+        params = self.api_client.param_serialize(
+            "GET",
+            path,
+            query_params=list((query or {}).items()),
+            header_params={"Accept": "text/plain, */*"},
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api_client.call_api(*params)
+        data = resp.read()
+        if not 200 <= int(resp.status) <= 299:
+            raise ApiError.from_response(int(resp.status), str(resp.reason or ""), data)
+        return bytes(data).decode("utf-8", errors="replace")
+
     def exists(self, path: str) -> bool:
         try:
             self.get(path)

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.remediation.logfixtures import LOGS, load
 
 from e2e.conftest import EXAMPLES, Cluster
-from e2e.kube import Kube, load_manifests, wait_for
+from e2e.kube import ApiError, Kube, load_manifests, wait_for
 from e2e.localcluster import set_container_status
 from e2e.operator_process import OperatorProcess
 from e2e.prometheus import REQUIRE_ENV, PrometheusUnavailable
@@ -309,3 +310,75 @@ def test_auto_mode_override_rolls_the_pool_and_is_restored_after_recovery(
     )
     events = kube.list(f"/api/v1/namespaces/{namespace}/events")
     assert any(e["reason"] == "Restored" and e["type"] == "Normal" for e in events)
+
+
+# A real vLLM V1 runtime CUDA OOM (public source cited in the file): the classifier's own
+# runtime-cuda-oom fixture.
+RUNTIME_OOM_LOG = LOGS / "v0.2x-runtime-cuda-oom-output-handler.log"
+
+
+def flag(args: list[str], name: str) -> int:
+    return int(args[args.index(name) + 1])
+
+
+def test_runtime_cuda_oom_in_the_previous_log_lowers_batched_tokens(
+    cluster: Cluster, kube: Kube, namespace: str, started: tuple[OperatorProcess, None, str]
+) -> None:
+    """A pod that had been Ready dies with exit 1 (Error); its previous container's log, served
+    by kwok's kubelet endpoint through the API server, is a real vLLM runtime CUDA OOM. The
+    operator reads it (pods/log?previous=true) and in auto mode lowers max_num_batched_tokens
+    (BurstOOM), with Degraded=True RuntimeOOM naming the pod."""
+    if cluster.local is None:
+        pytest.skip("pod logs are registered through the local control plane's kwok")
+    _, _, pod = started
+    planned = flag(container_args(kube, namespace), "--max-num-batched-tokens")
+    fixture = load(RUNTIME_OOM_LOG)
+    assert fixture.expect["class"] == "runtime-cuda-oom"  # the classifier's own expectation
+    cluster.local.set_pod_log(namespace, pod, "vllm", fixture.log, previous=True)
+    log_path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+
+    def served() -> str | None:
+        try:
+            return kube.read_text(log_path, {"container": "vllm", "previous": "true"})
+        except ApiError:
+            return None  # kwok has not seen the Logs object yet
+
+    text = wait_for(served, timeout=30, what="the previous log served through the API server")
+    assert text.splitlines() == fixture.log.splitlines()
+    set_container_status(
+        kube,
+        namespace,
+        pod,
+        last_terminated_reason="Error",
+        exit_code=1,
+        restart_count=1,
+        ran_for_s=600,  # it had been Ready for ten minutes: a runtime crash
+    )
+
+    def lowered() -> dict[str, Any] | None:
+        overrides = (kube.get(path(namespace)).get("status") or {}).get("overrides") or []
+        return next((o for o in overrides if o["reason"] == "BurstOOM"), None)
+
+    override = wait_for(lowered, timeout=3 * EVAL_S + 30, what="a BurstOOM override")
+    assert override["field"] == "max_num_batched_tokens" and override["value"] < planned
+    obj = kube.get(path(namespace))
+    assert cond(obj, "MemoryPressure")["status"] == "True"
+    assert cond(obj, "MemoryPressure")["reason"] == "BurstOOM"
+    entry = next(h for h in history(kube, namespace) if h["reason"] == "BurstOOM")
+    assert entry["recommended"] is False  # auto mode applied it
+    degraded = wait_for(
+        lambda: (lambda c: c if c.get("reason") == "RuntimeOOM" else None)(
+            cond(kube.get(path(namespace)), "Degraded")
+        ),
+        timeout=EVAL_S,
+        what="Degraded=True RuntimeOOM",
+    )
+    assert degraded["status"] == "True" and f"pod {pod}" in degraded["message"]
+    assert "gpu_capacity_gib=23.56" in degraded["message"]  # the numbers came from the log
+    wait_for(
+        lambda: (
+            flag(container_args(kube, namespace), "--max-num-batched-tokens") == override["value"]
+        ),
+        timeout=30,
+        what=f"the Deployment's --max-num-batched-tokens at {override['value']}",
+    )
