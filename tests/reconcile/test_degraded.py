@@ -348,3 +348,22 @@ def test_drain_timeout_bounds_the_wait() -> None:
     ctl.evaluate(NS, NAME)
     assert gw.evictions == [(NS, POD)]
     assert any("drain timeout" in e.message for e in gw.events)
+
+
+@pytest.mark.parametrize("mode", ["off", "recommend"])
+def test_degraded_reports_crashes_whatever_the_remediation_mode(mode: str) -> None:
+    """Off and recommend change nothing, but Degraded still tells the truth about the pods."""
+    gw, ctl, _ = setup(mode)
+    args = gw.objects[(Kind.DEPLOYMENT, NS, "llama-8b-chat-l4")]["spec"]["template"]
+    put_pod(
+        gw,
+        ready=False,
+        restarts=1,
+        terminated=termination("OOMKilled", 137, T0 - timedelta(seconds=30)),
+        waiting="CrashLoopBackOff",
+    )
+    ctl.evaluate(NS, NAME)
+    cond = degraded(gw)
+    assert (cond["status"], cond["reason"]) == ("True", Reason.HOST_OOM.value), cond
+    assert status_of(gw, NAME).get("overrides", []) == []
+    assert gw.objects[(Kind.DEPLOYMENT, NS, "llama-8b-chat-l4")]["spec"]["template"] == args

@@ -179,12 +179,17 @@ def test_recommend_mode_reports_without_changing_the_pool() -> None:
     assert args_of(gw) == before
 
 
-def test_off_mode_does_nothing() -> None:
+def test_off_mode_changes_nothing_but_reports_the_crash() -> None:
     gw, ctl, _ = setup("off")
     oom_pod(gw, T0 - timedelta(minutes=1))
-    writes = gw.total_writes()
+    before = dict(gw.writes)
     ctl.evaluate("default", "llama-8b-chat")
-    assert gw.total_writes() == writes
+    changed = {k: v - before.get(k, 0) for k, v in gw.writes.items() if v != before.get(k, 0)}
+    # Only status and Events: no apply, no eviction, no pod label.
+    assert set(changed) <= {"status", "event"}, changed
+    status = status_of(gw, "llama-8b-chat")
+    assert status["overrides"] == [] and not [h for h in status["history"] if h.get("field")]
+    assert condition(status, "Degraded")["status"] == "True"
 
 
 def test_without_prometheus_metrics_are_unavailable_and_nothing_metric_driven_happens() -> None:

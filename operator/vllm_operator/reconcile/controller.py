@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vllm_operator.api import RemediationMode, ScalingMode, VLLMService, VLLMServiceStatus
+from vllm_operator.api import ScalingMode, VLLMService, VLLMServiceStatus
 from vllm_operator.api.manifests import ServiceInvalid, check_service
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
@@ -396,11 +396,10 @@ class Controller:
         self._gpu_index[(namespace, name)] = {
             canonical_label(g) for g in service.spec.placement.gpu_types
         }
-        remediation = service.spec.remediation
-        if remediation.mode == RemediationMode.OFF:
-            self.scheduler.forget((namespace, name))
-        else:
-            self.scheduler.track((namespace, name), remediation.evaluation_interval_seconds)
+        # Every mode is observed (off only takes no step), so every service is scheduled.
+        self.scheduler.track(
+            (namespace, name), service.spec.remediation.evaluation_interval_seconds
+        )
 
         try:
             prepared = prepare_service(service, self.resolver)

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from vllm_operator.api import RemediationMode, VLLMService, set_condition
+from vllm_operator.api import VLLMService, set_condition
 from vllm_operator.api.conditions import ConditionType
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.status import PoolPlan, VLLMServiceStatus
@@ -89,8 +89,8 @@ class Evaluator:
         except ValidationError:
             return False  # the reconcile reports invalid specs
         spec = service.spec
-        if spec.remediation.mode == RemediationMode.OFF:
-            return False
+        # Mode off takes no step (decide() returns none), but the pods are still observed:
+        # Degraded must say that a pool crashes whatever the remediation mode (#13).
         key = (service.namespace, service.name)
         now = self.clock()
         last = self._last.get(key)
