@@ -1,0 +1,261 @@
+"""The admission fit check (#16) end to end: the real kube-apiserver calls the operator's webhook.
+
+The operator runs as users run it (`vllm-operator run --webhook-port ...`) on 127.0.0.1 with its
+operator-managed CA: it stores the CA in a Secret and patches the bundle into the
+ValidatingWebhookConfiguration this module creates (the chart's shape: sideEffects None,
+timeoutSeconds, a namespaceSelector limited to this module's namespace so no other test sees the
+webhook). Every verdict is checked as a client sees it: the HTTP status, the message, the
+`Warning` headers kubectl prints.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.conftest import EXAMPLES, Cluster
+from e2e.kube import ApiError, Kube, load_manifests, wait_for
+from e2e.operator_process import OperatorProcess, _free_port
+
+pytestmark = pytest.mark.usefixtures("crd", "gpu_nodes")
+
+WEBHOOK_PATH = "/validate-vllmservice"  # handlers/registrations.py ADMISSION_HANDLER_ID
+CONFIGS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+TIMEOUT = 90
+
+
+@dataclass
+class Webhook:
+    namespace: str
+    configuration: str
+    operator: OperatorProcess
+    kube: Kube
+
+    def set_failure_policy(self, policy: str) -> None:
+        self.kube.patch(
+            f"{CONFIGS}/{self.configuration}",
+            [{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": policy}],
+            kind="json",
+        )
+
+    def service(self, example: str, name: str | None = None) -> dict[str, Any]:
+        (obj,) = load_manifests(EXAMPLES / example)
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["namespace"] = self.namespace
+        if name:
+            obj["metadata"]["name"] = name
+        return obj
+
+
+def configuration(name: str, namespace: str, port: int) -> dict[str, Any]:
+    """What the chart renders (templates/webhook.yaml), with a URL instead of a Service."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "fit.serving.vllm-operator.dev",
+                "clientConfig": {"url": f"https://127.0.0.1:{port}{WEBHOOK_PATH}"},
+                "rules": [
+                    {
+                        "apiGroups": ["serving.vllm-operator.dev"],
+                        "apiVersions": ["v1alpha1"],
+                        "resources": ["vllmservices"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "timeoutSeconds": 5,
+                "admissionReviewVersions": ["v1"],
+            }
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    kube = cluster.kube
+    namespace = f"e2e-webhook-{uuid.uuid4().hex[:6]}"
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    port = _free_port()
+    name = f"vllm-operator-{namespace}"
+    kube.create(configuration(name, namespace, port))
+    log = tmp_path_factory.mktemp("webhook") / "operator.log"
+    proc = OperatorProcess(cluster.kubeconfig, log, [namespace])
+    proc.start_args = [
+        "--webhook-port",
+        str(port),
+        "--webhook-address",
+        "127.0.0.1",
+        "--webhook-host",
+        "127.0.0.1",
+        "--webhook-secret",
+        f"{namespace}/vllm-operator-webhook-ca",
+        "--webhook-configuration",
+        name,
+    ]
+    proc.start()
+    hook = Webhook(namespace, name, proc, kube)
+    try:
+        wait_serving(hook)
+        yield hook
+    finally:
+        proc.stop()
+        kube.delete(f"{CONFIGS}/{name}")
+        kube.delete(f"/api/v1/namespaces/{namespace}")
+
+
+def wait_serving(hook: Webhook) -> None:
+    """Until the API server calls the webhook with the patched CA bundle: with failurePolicy
+    Fail a dry-run of a denied object is refused *by the webhook* (not by a TLS error)."""
+    hook.set_failure_policy("Fail")
+    bad = infeasible(hook)
+
+    def denied_by_the_webhook() -> bool:
+        try:
+            hook.kube.create(bad, dry_run=True)
+        except ApiError as err:
+            return "does not fit" in err.message
+        return False
+
+    try:
+        wait_for(denied_by_the_webhook, timeout=TIMEOUT, what="the webhook to answer")
+    finally:
+        hook.set_failure_policy("Ignore")
+
+
+def infeasible(hook: Webhook, name: str = "llama-70b-a100") -> dict[str, Any]:
+    """70B on one A100-40GB: the planner's alternative is more GPUs per replica."""
+    obj = hook.service("llama-3.1-70b-h100-tp.yaml", name)
+    obj["spec"]["placement"] = {"gpuTypes": ["NVIDIA-A100-SXM4-40GB"], "maxGPUsPerReplica": 1}
+    return obj
+
+
+def svc_path(namespace: str, name: str) -> str:
+    return f"/apis/serving.vllm-operator.dev/v1alpha1/namespaces/{namespace}/vllmservices/{name}"
+
+
+def test_operator_manages_the_ca_secret_and_the_bundle(webhook: Webhook) -> None:
+    secret = webhook.kube.get(
+        f"/api/v1/namespaces/{webhook.namespace}/secrets/vllm-operator-webhook-ca"
+    )
+    assert {"ca.crt", "ca.key", "tls.crt", "tls.key", "bundle.crt"} <= set(secret["data"])
+    config = webhook.kube.get(f"{CONFIGS}/{webhook.configuration}")
+    assert config["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["bundle.crt"]
+
+
+def test_infeasible_service_is_denied_with_the_planner_reasons(webhook: Webhook) -> None:
+    with pytest.raises(ApiError) as info:
+        webhook.kube.create(infeasible(webhook))
+    err = info.value
+    assert err.status == 403, err
+    assert 'admission webhook "fit.serving.vllm-operator.dev" denied the request' in err.message
+    assert (
+        "does not fit any GPU type in spec.placement.gpuTypes [NVIDIA-A100-SXM4-40GB]"
+        in err.message
+    )
+    assert "Alternatives: raise spec.placement.maxGPUsPerReplica to" in err.message
+    assert not webhook.kube.exists(svc_path(webhook.namespace, "llama-70b-a100"))
+
+
+def test_kubectl_server_side_dry_run_shows_the_denial(cluster: Cluster, webhook: Webhook) -> None:
+    """The GitOps preview path: `kubectl apply --dry-run=server` (and `kubectl diff`)."""
+    kubectl = cluster.local.binaries.kubectl if cluster.local and cluster.local.binaries else None
+    if kubectl is None:
+        pytest.skip("no kubectl built in the local control plane's binaries")
+    manifest = Path(webhook.operator.log_file.parent / "infeasible.json")
+    import json
+
+    manifest.write_text(json.dumps(infeasible(webhook)))
+    for verb in (["apply", "--dry-run=server"], ["diff"]):
+        run = subprocess.run(
+            [str(kubectl), "--kubeconfig", str(cluster.kubeconfig), *verb, "-f", str(manifest)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert run.returncode not in (0,), run
+        assert "denied the request" in run.stderr and "does not fit" in run.stderr, run.stderr
+
+
+def test_feasible_service_is_admitted_without_warnings(webhook: Webhook) -> None:
+    created = webhook.kube.create(webhook.service("llama-3.1-8b-l4.yaml", "llama-8b-ok"))
+    assert created["metadata"]["name"] == "llama-8b-ok"
+    assert webhook.kube.last_warnings == []
+    # An update goes through the webhook too: an infeasible edit is refused.
+    bad = copy.deepcopy(created)
+    bad["spec"]["model"]["name"] = "meta-llama/Llama-3.1-70B-Instruct"
+    bad["spec"]["placement"]["maxGPUsPerReplica"] = 1
+    with pytest.raises(ApiError) as info:
+        webhook.kube.request("PUT", svc_path(webhook.namespace, "llama-8b-ok"), bad)
+    assert info.value.status == 403 and "does not fit" in info.value.message
+
+
+def test_partial_feasibility_is_admitted_with_warnings_the_client_sees(webhook: Webhook) -> None:
+    obj = webhook.service("llama-3.1-70b-h100-tp.yaml", "llama-70b-mixed")
+    obj["spec"]["placement"] = {
+        "gpuTypes": ["NVIDIA-H100-80GB-HBM3", "NVIDIA-L4", "NVIDIA-B200"],
+        "maxGPUsPerReplica": 8,
+    }
+    webhook.kube.create(obj)
+    warnings = webhook.kube.last_warnings
+    assert any(w.startswith("no pool on NVIDIA-L4 (Infeasible)") for w in warnings), warnings
+    assert any("no node offers NVIDIA-B200" in w for w in warnings), warnings
+    assert not any("H100" in w for w in warnings), warnings
+
+
+def test_flag_the_pinned_version_rejects_is_denied_with_the_version_facts(
+    webhook: Webhook,
+) -> None:
+    obj = webhook.service("llama-3.1-8b-l4.yaml", "llama-8b-oldflag")
+    obj["spec"]["vllm"]["extraArgs"] = {"--num-scheduler-steps": "8"}
+    with pytest.raises(ApiError) as info:
+        webhook.kube.create(obj, dry_run=True)
+    assert info.value.status == 403
+    assert "--num-scheduler-steps was removed in 0.10.1.1" in info.value.message
+    assert f"the pinned version is {obj['spec']['vllm']['version']}" in info.value.message
+
+
+def test_operator_stopped_with_ignore_admits_and_status_reports_later(webhook: Webhook) -> None:
+    webhook.operator.stop()
+    try:
+        webhook.kube.create(infeasible(webhook, "admitted-while-down"))
+    finally:
+        webhook.operator.start()
+    path = svc_path(webhook.namespace, "admitted-while-down")
+
+    def infeasible_in_status() -> dict[str, Any] | None:
+        for c in (webhook.kube.get(path).get("status") or {}).get("conditions") or []:
+            if c["type"] == "Feasible" and c["status"] == "False":
+                return dict(c)
+        return None
+
+    cond = wait_for(infeasible_in_status, timeout=TIMEOUT, what="Feasible=False in status")
+    assert cond["reason"] == "Infeasible"
+
+
+def test_operator_stopped_with_fail_denies_with_a_clear_error(webhook: Webhook) -> None:
+    webhook.set_failure_policy("Fail")
+    webhook.operator.stop()
+    try:
+        with pytest.raises(ApiError) as info:
+            webhook.kube.create(webhook.service("llama-3.1-8b-l4.yaml", "refused-while-down"))
+    finally:
+        webhook.set_failure_policy("Ignore")
+        webhook.operator.start()
+        wait_serving(webhook)
+    err = info.value
+    assert err.status == 500, err
+    assert 'failed calling webhook "fit.serving.vllm-operator.dev"' in err.message
+    assert "connection refused" in err.message
