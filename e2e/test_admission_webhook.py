@@ -11,6 +11,7 @@ webhook). Every verdict is checked as a client sees it: the HTTP status, the mes
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -23,11 +24,11 @@ import pytest
 from e2e.conftest import EXAMPLES, Cluster
 from e2e.kube import ApiError, Kube, load_manifests, wait_for
 from e2e.operator_process import OperatorProcess, _free_port
+from e2e.webhook import CONFIGS, configuration, operator_args
+from e2e.webhook import wait_serving as wait_answering
 
 pytestmark = pytest.mark.usefixtures("crd", "gpu_nodes")
 
-WEBHOOK_PATH = "/validate-vllmservice"  # handlers/registrations.py ADMISSION_HANDLER_ID
-CONFIGS = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 TIMEOUT = 90
 
 
@@ -54,35 +55,6 @@ class Webhook:
         return obj
 
 
-def configuration(name: str, namespace: str, port: int) -> dict[str, Any]:
-    """What the chart renders (templates/webhook.yaml), with a URL instead of a Service."""
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [
-            {
-                "name": "fit.serving.vllm-operator.dev",
-                "clientConfig": {"url": f"https://127.0.0.1:{port}{WEBHOOK_PATH}"},
-                "rules": [
-                    {
-                        "apiGroups": ["serving.vllm-operator.dev"],
-                        "apiVersions": ["v1alpha1"],
-                        "resources": ["vllmservices"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "scope": "Namespaced",
-                    }
-                ],
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "failurePolicy": "Ignore",
-                "sideEffects": "None",
-                "timeoutSeconds": 5,
-                "admissionReviewVersions": ["v1"],
-            }
-        ],
-    }
-
-
 @pytest.fixture(scope="module")
 def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
     kube = cluster.kube
@@ -93,18 +65,7 @@ def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     kube.create(configuration(name, namespace, port))
     log = tmp_path_factory.mktemp("webhook") / "operator.log"
     proc = OperatorProcess(cluster.kubeconfig, log, [namespace])
-    proc.start_args = [
-        "--webhook-port",
-        str(port),
-        "--webhook-address",
-        "127.0.0.1",
-        "--webhook-host",
-        "127.0.0.1",
-        "--webhook-secret",
-        f"{namespace}/vllm-operator-webhook-ca",
-        "--webhook-configuration",
-        name,
-    ]
+    proc.start_args = operator_args(port, namespace, name)
     proc.start()
     hook = Webhook(namespace, name, proc, kube)
     try:
@@ -117,20 +78,10 @@ def webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def wait_serving(hook: Webhook) -> None:
-    """Until the API server calls the webhook with the patched CA bundle: with failurePolicy
-    Fail a dry-run of a denied object is refused *by the webhook* (not by a TLS error)."""
+    """With failurePolicy Fail while waiting, so a TLS error cannot pass for an answer."""
     hook.set_failure_policy("Fail")
-    bad = infeasible(hook)
-
-    def denied_by_the_webhook() -> bool:
-        try:
-            hook.kube.create(bad, dry_run=True)
-        except ApiError as err:
-            return "does not fit" in err.message
-        return False
-
     try:
-        wait_for(denied_by_the_webhook, timeout=TIMEOUT, what="the webhook to answer")
+        wait_answering(hook.kube, infeasible(hook), timeout=TIMEOUT)
     finally:
         hook.set_failure_policy("Ignore")
 
@@ -175,8 +126,6 @@ def test_kubectl_server_side_dry_run_shows_the_denial(cluster: Cluster, webhook:
     if kubectl is None:
         pytest.skip("no kubectl built in the local control plane's binaries")
     manifest = Path(webhook.operator.log_file.parent / "infeasible.json")
-    import json
-
     manifest.write_text(json.dumps(infeasible(webhook)))
     for verb in (["apply", "--dry-run=server"], ["diff"]):
         run = subprocess.run(
