@@ -209,3 +209,28 @@ def test_bounded_resolver_answers_catalog_and_inline_models_in_place() -> None:
     finally:
         slow.release.set()
         bounded.close()
+
+
+def test_the_infeasible_example_is_valid_but_denied() -> None:
+    """examples/infeasible/ (shown by `make demo`): `validate` accepts it, admission refuses it."""
+    from vllm_operator.api.manifests import check_service
+
+    for path in sorted((REPO / "examples" / "infeasible").glob("*.yaml")):
+        obj = yaml.safe_load(path.read_text())
+        check_service(obj)
+        verdict = review(obj, inventory(gpu_node("a100-0", "NVIDIA-A100-SXM4-40GB", 8)), RESOLVER)
+        assert not verdict.allowed, path
+        assert "raise spec.placement.maxGPUsPerReplica to" in verdict.message
+
+
+def test_update_that_keeps_the_spec_is_admitted_without_a_plan() -> None:
+    """Labels, annotations, finalizers, Kopf's bookkeeping: never refused, even when the cluster
+    no longer fits the spec (an infeasible service must stay editable and deletable)."""
+    old = llama_70b(["NVIDIA-L4"])
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"] = {"team": "ml"}
+    assert review(new, inventory(L4), RESOLVER, old=old) == review(new, {}, SlowResolver(), old)
+    assert review(new, inventory(L4), RESOLVER, old=old).allowed
+    # A changed spec on update is checked like a create.
+    new["spec"]["workload"]["concurrency"] = 64
+    assert not review(new, inventory(L4, T4), RESOLVER, old=old).allowed

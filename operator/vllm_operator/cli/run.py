@@ -115,6 +115,9 @@ def run(
         secret = (namespace, name)
     # Kopf logs every handler success at INFO; keep the operator's own lines readable.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # One access-log line per admission request (aiohttp, under Kopf's webhook server) would
+    # drown the operator's own lines; the admission metrics count them instead.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",

@@ -157,12 +157,21 @@ def on_node(memo: kopf.Memo, body: kopf.Body, type: str | None, **_: Any) -> Non
             logging.getLogger(__name__).info("Deferred reconcile of service=%s/%s", *key)
 
 
-async def validate_service(memo: kopf.Memo, body: kopf.Body, warnings: list[str], **_: Any) -> None:
+async def validate_service(
+    memo: kopf.Memo,
+    body: kopf.Body,
+    warnings: list[str],
+    **kwargs: Any,
+) -> None:
     """Translate the controller's admission verdict: warnings to the client, a denial as an
-    AdmissionError (HTTP 403 with the planner's message)."""
+    AdmissionError (HTTP 403 with the planner's message). Kopf passes `old` on updates."""
+    old = kwargs.get("old")
     loop = asyncio.get_running_loop()
     verdict = await loop.run_in_executor(
-        memo["admission_pool"], _controller(memo).review_admission, dict(body)
+        memo["admission_pool"],
+        _controller(memo).review_admission,
+        dict(body),
+        dict(old) if old is not None else None,
     )
     warnings.extend(verdict.warnings)
     if not verdict.allowed:

@@ -90,8 +90,17 @@ def review(
     obj: Mapping[str, Any],
     groups: Mapping[str, GpuNodeGroup],
     resolver: ArchitectureResolver,
+    old: Mapping[str, Any] | None = None,
 ) -> Verdict:
-    """Admit or deny one VLLMService object (create or update) against the GPU inventory."""
+    """Admit or deny one VLLMService object (create, or update with `old`) against the GPU
+    inventory.
+
+    An update that leaves the spec as it was (labels, annotations, finalizers, Kopf's own
+    bookkeeping) is admitted without a plan: the spec was admitted before, and refusing it now
+    because the cluster changed would block metadata edits and deletions of existing services.
+    """
+    if old is not None and old.get("spec") == obj.get("spec"):
+        return Verdict(allowed=True)
     try:
         service = check_service({k: v for k, v in obj.items() if k != "status"})
     except ServiceInvalid as exc:

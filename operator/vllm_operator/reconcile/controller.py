@@ -487,11 +487,14 @@ class Controller:
 
     # ------------------------------------------------------------------------------ admission
 
-    def review_admission(self, obj: Obj) -> Verdict:
+    def review_admission(self, obj: Obj, old: Obj | None = None) -> Verdict:
         """The admission webhook's decision for one VLLMService (reconcile/admission.py)."""
         started = time.monotonic()
         try:
-            verdict = review(obj, self.gpu_inventory(), self.admission_resolver)
+            if old is not None and old.get("spec") == obj.get("spec"):
+                verdict = review(obj, {}, self.admission_resolver, old)  # no inventory needed
+            else:
+                verdict = review(obj, self.gpu_inventory(), self.admission_resolver, old)
         except Exception:
             m.ADMISSIONS.labels("error").inc()
             raise
