@@ -175,12 +175,28 @@ async def validate_service(
     )
     warnings.extend(verdict.warnings)
     if not verdict.allowed:
+        meta = body.get("metadata") or {}
+        logging.getLogger(__name__).info(
+            "Denied admission service=%s/%s reason=%s",
+            meta.get("namespace", ""),
+            meta.get("name", ""),
+            verdict.reason,
+        )
         raise kopf.AdmissionError(verdict.message, code=403)
+
+
+class _AdmissionDenialFilter(logging.Filter):
+    """Kopf logs every AdmissionError as an ERROR "failed permanently"; a denial is the webhook
+    working, not an operator error (the line above and the admission metrics record it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(f"Webhook {ADMISSION_HANDLER_ID!r} failed")
 
 
 def register_admission() -> None:
     """Serve the fit check (`run --webhook-port`); without a webhook server it is not registered,
     since Kopf refuses to start with admission handlers and no server."""
+    logging.getLogger("kopf.objects").addFilter(_AdmissionDenialFilter())
     kopf.on.validate(
         GROUP,
         VERSION,
