@@ -144,8 +144,15 @@ def run(cluster: LocalCluster) -> None:
             print("    unexpectedly admitted")
         except ApiError as err:
             print(f"    HTTP {err.status} {err.reason}")
-            for part in err.message.replace(". Alternatives: ", ".\nAlternatives: ").split("; "):
-                print(f"    {part}")
+            head, _, rest = err.message.partition(": ")
+            reasons, _, alternatives = rest.partition(" Alternatives: ")
+            print(f"    {head}:")
+            for line in reasons.split("; "):
+                print(f"      {line}")
+            if alternatives:
+                print("    Alternatives:")
+                for line in alternatives.rstrip(".").split("; "):
+                    print(f"      - {line}")
     names = [
         (o["metadata"].get("namespace", "default"), o["metadata"]["name"])
         for p in sorted(EXAMPLES.glob("*.yaml"))
