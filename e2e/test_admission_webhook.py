@@ -208,3 +208,102 @@ def test_operator_stopped_with_fail_denies_with_a_clear_error(webhook: Webhook) 
     assert err.status == 500, err
     assert 'failed calling webhook "fit.serving.vllm-operator.dev"' in err.message
     assert "connection refused" in err.message
+
+
+def test_chart_rbac_lets_the_operator_keep_its_ca_and_nothing_more(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The chart with webhook.enabled and the operator-managed CA, the operator run with the
+    chart's ServiceAccount token and the flags the chart renders: it creates its Secret and
+    patches the bundle into the chart's configuration (the rules suffice, resourceNames
+    included), while other Secrets and other webhook configurations stay out of reach."""
+    from e2e.test_chart_install import (
+        CHART,
+        _namespace,
+        helm_binary,
+        sa_kubeconfig,
+    )
+
+    helm = helm_binary()
+    kube = cluster.kube
+    home = _namespace(kube, "chart-webhook")
+    release = f"w-{uuid.uuid4().hex[:6]}"
+    fullname = f"{release}-vllm-operator"
+    args = [
+        str(helm),
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        home,
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--set-string",
+        "nodeSelector.vllm-operator\\.dev/e2e-never=true",
+        "--set",
+        "webhook.enabled=true",
+        # Only this namespace: the chart's Service is unreachable here (no kube-proxy).
+        "--set-string",
+        f"webhook.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name={home}",
+    ]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    try:
+        token = sa_kubeconfig(cluster, home, fullname, tmp_path / "sa.kubeconfig")
+        deployment = kube.get(f"/apis/apps/v1/namespaces/{home}/deployments/{fullname}")
+        rendered = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        webhook_args = [a for a in rendered if a.startswith("--webhook-")]
+        assert f"--webhook-secret={home}/{fullname}-webhook-ca" in webhook_args
+        port = _free_port()
+        op = OperatorProcess(token, tmp_path / "operator.log", [])  # the chart: all namespaces
+        op.start_args = [
+            *(a for a in webhook_args if not a.startswith("--webhook-port")),
+            f"--webhook-port={port}",
+            "--webhook-address=127.0.0.1",
+        ]
+        with op:
+
+            def ca_published() -> bool:
+                config = kube.get(f"{CONFIGS}/{fullname}")
+                return bool(config["webhooks"][0]["clientConfig"].get("caBundle"))
+
+            wait_for(ca_published, timeout=TIMEOUT, what="the CA bundle in the chart's config")
+            secret = kube.get(f"/api/v1/namespaces/{home}/secrets/{fullname}-webhook-ca")
+            config = kube.get(f"{CONFIGS}/{fullname}")
+            assert config["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["bundle.crt"]
+            log = op.log_file.read_text(errors="replace")
+        assert "Forbidden" not in log and "cannot " not in log, log[-3000:]
+        user = f"system:serviceaccount:{home}:{fullname}"
+
+        def allowed(verb: str, resource: str, group: str, name: str, ns: str | None) -> bool:
+            attrs = {"verb": verb, "resource": resource, "group": group, "name": name}
+            if ns:
+                attrs["namespace"] = ns
+            review = kube.request(
+                "POST",
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                {
+                    "apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview",
+                    "spec": {"user": user, "resourceAttributes": attrs},
+                },
+            )
+            return bool(review["status"].get("allowed"))
+
+        hooks = "validatingwebhookconfigurations"
+        group = "admissionregistration.k8s.io"
+        assert allowed("update", "secrets", "", f"{fullname}-webhook-ca", home)
+        assert not allowed("update", "secrets", "", "someone-elses", home)
+        assert allowed("create", "secrets", "", "", home)
+        assert not allowed("create", "secrets", "", "", "default")  # the release namespace only
+        assert allowed("patch", hooks, group, fullname, None)
+        assert not allowed("patch", hooks, group, "another-webhook", None)
+        assert not allowed("delete", hooks, group, fullname, None)
+    finally:
+        subprocess.run(
+            [str(helm), "uninstall", release, "-n", home, "--kubeconfig", str(cluster.kubeconfig)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        kube.delete(f"/api/v1/namespaces/{home}")

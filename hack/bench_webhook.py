@@ -264,6 +264,11 @@ def main() -> int:
             "inventory_cache": inventory_cache,
             "node_lists": node_lists,
             "writes": writes,
+            "writes_by_kind": {
+                kind: op_delta("vllm_operator_api_writes_total", kind=kind)
+                for kind in ("apply", "delete", "status", "event", "pod", "eviction")
+                if op_delta("vllm_operator_api_writes_total", kind=kind)
+            },
             "elapsed": elapsed,
         }
     finally:
@@ -296,7 +301,7 @@ after another after {args.warmup} warm-up requests, in {r["elapsed"]:.1f} s.
 | reviews counted by the operator | {r["reviews"]:.0f} |
 | admission inventories from the node cache / listed | {r["inventory_cache"]:.0f} / {r["inventory_api"]:.0f} |
 | node LISTs the API server served (anyone) | {r["node_lists"]:.0f} |
-| operator API writes during the run | {r["writes"]:.0f} |
+| operator API writes during the run (by kind) | {r["writes"]:.0f} {r["writes_by_kind"] or ""} |
 
 | verdict | p50 ms | p99 ms |
 |---|---|---|
