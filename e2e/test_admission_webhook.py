@@ -164,6 +164,17 @@ def test_partial_feasibility_is_admitted_with_warnings_the_client_sees(webhook: 
     assert not any("H100" in w for w in warnings), warnings
 
 
+def test_architecture_not_known_is_admitted_with_a_warning(webhook: Webhook) -> None:
+    """The Hub cannot answer (the operator runs with HF_HUB_OFFLINE=1 here): admitted, the
+    reconcile reports later."""
+    obj = webhook.service("llama-3.1-8b-l4.yaml", "private-model")
+    obj["spec"]["model"]["name"] = "acme/private-model-8b"
+    webhook.kube.create(obj, dry_run=True)
+    (warning,) = webhook.kube.last_warnings
+    assert warning.startswith("fit not checked: set spec.model.architecture")
+    assert "acme/private-model-8b" in warning
+
+
 def test_flag_the_pinned_version_rejects_is_denied_with_the_version_facts(
     webhook: Webhook,
 ) -> None:

@@ -146,7 +146,8 @@ def test_unknown_model_is_admitted_with_a_warning_saying_how_to_supply_it() -> N
     svc["spec"]["model"]["name"] = "acme/private-model-7b"
     verdict = review(svc, inventory(L4), RESOLVER)
     assert verdict.allowed
-    assert "spec.model.architecture" in verdict.warnings[0]
+    assert verdict.warnings[0].startswith("fit not checked: set spec.model.architecture")
+    assert "acme/private-model-7b" in verdict.warnings[0]
     assert len(verdict.warnings[0]) <= WARNING_MAX_CHARS
 
 

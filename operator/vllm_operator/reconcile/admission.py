@@ -127,12 +127,15 @@ def review(
             ),
         )
     except UnknownModelError as exc:
+        # Guidance first: the API server may cut long warnings, and the error's own text is
+        # written for the CLI.
+        detail = str(exc).split(". Supply its architecture", 1)[0]
         return Verdict(
             allowed=True,
             warnings=(
                 _short(
-                    f"{exc}; the fit is checked once the architecture resolves (status "
-                    "condition Feasible), or set spec.model.architecture"
+                    f"fit not checked: set spec.model.architecture, or the operator reports "
+                    f"Feasible in status once the architecture resolves ({detail})"
                 ),
             ),
         )
