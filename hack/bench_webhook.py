@@ -286,6 +286,7 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         f"| {k} | {p50:.1f} | {p99:.1f} |" for k, (p50, p99) in r["per_kind"].items()
     )
     when = datetime.now(UTC).strftime("%Y-%m-%d")
+    writes = f"{r['writes']:.0f}" + (f" {r['writes_by_kind']}" if r["writes_by_kind"] else "")
     return f"""{BEGIN}
 Measured {when} by `make bench-webhook` on {platform.machine()} with {os.cpu_count()} CPUs
 (shared), {args.services} VLLMServices present, {args.admissions} server-side dry-run creates one
@@ -301,7 +302,7 @@ after another after {args.warmup} warm-up requests, in {r["elapsed"]:.1f} s.
 | reviews counted by the operator | {r["reviews"]:.0f} |
 | admission inventories from the node cache / listed | {r["inventory_cache"]:.0f} / {r["inventory_api"]:.0f} |
 | node LISTs the API server served (anyone) | {r["node_lists"]:.0f} |
-| operator API writes during the run (by kind) | {r["writes"]:.0f} {r["writes_by_kind"] or ""} |
+| operator API writes during the run (by kind) | {writes} |
 
 | verdict | p50 ms | p99 ms |
 |---|---|---|
