@@ -2,6 +2,7 @@
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 
 import kopf
@@ -76,8 +77,9 @@ def webhook_server(options: WebhookOptions, api_client: object) -> kopf.WebhookS
 
 
 def _renew_forever(certs: WebhookCertificates) -> None:
-    stop = threading.Event()
-    while not stop.wait(CERT_RENEW_CHECK_SECONDS):
+    """The daemon thread's loop: it ends with the process."""
+    while True:
+        time.sleep(CERT_RENEW_CHECK_SECONDS)
         try:
             certs.ensure()
         except Exception as exc:  # retried next round; the current certificate stays served

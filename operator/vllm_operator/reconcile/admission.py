@@ -5,9 +5,9 @@ Why at admission and not only in status: a GitOps pipeline syncs an infeasible o
 server-side dry-run in a diff / sync preview) puts the planner's reasons in front of the author.
 
 `review` is the decision: a pure function of the object, the GPU inventory and an architecture
-resolver. It runs the reconcile's own steps (`check_service`, `check_service_rules`,
-`prepare_service`'s resolution, `plan_pools`), so a denial is exactly what the reconcile would
-report in status, and it only refuses what can never run:
+resolver. It runs the reconcile's own steps (`check_service`, `prepare_service`, `plan_pools`),
+so a denial is exactly what the reconcile would report in status, and it only refuses what can
+never run:
 
 - the spec is invalid, or the pinned vLLM version rejects the flags → denied (field paths and the
   version facts are in the messages of the shared checks);
@@ -34,15 +34,13 @@ from vllm_operator.api.manifests import ServiceInvalid, check_service
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError, lookup_architecture
-from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.reconcile.inventory import GpuNodeGroup
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     PoolOutcome,
-    PreparedService,
     ServiceRejected,
-    check_service_rules,
     plan_pools,
+    prepare_service,
 )
 
 log = logging.getLogger(__name__)
@@ -110,12 +108,8 @@ def review(
             reason=Reason.INVALID_SPEC,
         )
     try:
-        check_service_rules(service)
-    except ServiceRejected as exc:
-        return Verdict(allowed=False, message=exc.message, reason=exc.reason)
-
-    try:
-        arch = resolver.resolve(service)
+        # The reconcile's own preparation: version, flags, then the architecture.
+        prepared = prepare_service(service, resolver)
     except ArchitectureTimeout as exc:
         return Verdict(
             allowed=True,
@@ -126,10 +120,12 @@ def review(
                 ),
             ),
         )
-    except UnknownModelError as exc:
+    except ServiceRejected as exc:
+        if exc.reason != Reason.UNKNOWN_MODEL:
+            return Verdict(allowed=False, message=exc.message, reason=exc.reason)
         # Guidance first: the API server may cut long warnings, and the error's own text is
         # written for the CLI.
-        detail = str(exc).split(". Supply its architecture", 1)[0]
+        detail = exc.message.split(". Supply its architecture", 1)[0]
         return Verdict(
             allowed=True,
             warnings=(
@@ -139,10 +135,6 @@ def review(
                 ),
             ),
         )
-
-    prepared = PreparedService(
-        service=service, arch=arch, intent=PlanIntent.from_spec(service.spec)
-    )
     pools = plan_pools(prepared, dict(groups))
     return _verdict(service, pools)
 
