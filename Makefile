@@ -136,6 +136,10 @@ conformance-setup: $(STAMP) ## Fetch the default vLLM release's sources + parser
 	$(PY) hack/vllm-catalog/real_parser.py --setup
 	$(PY) hack/vllm-catalog/real_parser.py --setup 0.11.0
 
+.PHONY: bench-webhook
+bench-webhook: $(STAMP) ## Benchmark the admission webhook: p50/p99 of 500 dry-run admissions with 200 VLLMServices present; writes docs/admission.md
+	$(PY) hack/bench_webhook.py --services $${N:-200} --admissions $${M:-500}
+
 .PHONY: bench-controller
 bench-controller: $(STAMP) ## Benchmark the controller: 200 VLLMServices at once on the local control plane; writes docs/controller-benchmark.md
 	$(PY) hack/bench_controller.py --services $${N:-200}

@@ -25,6 +25,7 @@ from vllm_operator.kube.gateway import (
     Obj,
 )
 from vllm_operator.metrics import operator_metrics as m
+from vllm_operator.reconcile.admission import BoundedResolver, Verdict, review
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.diff import needs_apply
 from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
@@ -37,7 +38,7 @@ from vllm_operator.reconcile.failures import (
     classify_failure,
     one_line,
 )
-from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
+from vllm_operator.reconcile.inventory import GpuNodeGroup, canonical_label, group_gpu_nodes
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     ServiceRejected,
@@ -132,6 +133,9 @@ class Controller:
         self._failures: dict[FailureKey, Failure] = {}
         self._failures_warned: dict[FailureKey, str] = {}
         self._tracebacks_logged: set[str] = set()
+        # Admission reviews (#16): the Hub bounded; the inventory grouped once per node list.
+        self.admission_resolver = BoundedResolver(resolver)
+        self._admission_groups: tuple[list[Obj], dict[str, GpuNodeGroup]] | None = None
 
     # ----------------------------------------------------------------------------- triggers
 
@@ -479,6 +483,37 @@ class Controller:
         self._write_status(body, old_status, status, outcome, service)
         self.pool_plans.set((namespace, name), [(p.gpu_type, p.feasible) for p in pools])
         return outcome
+
+    # ------------------------------------------------------------------------------ admission
+
+    def review_admission(self, obj: Obj, old: Obj | None = None) -> Verdict:
+        """The admission webhook's decision for one VLLMService (reconcile/admission.py)."""
+        started = time.monotonic()
+        try:
+            if old is not None and old.get("spec") == obj.get("spec"):
+                verdict = review(obj, {}, self.admission_resolver, old)  # no inventory needed
+            else:
+                verdict = review(obj, self.gpu_inventory(), self.admission_resolver, old)
+        except Exception:
+            m.ADMISSIONS.labels("error").inc()
+            raise
+        m.ADMISSIONS.labels(verdict.outcome).inc()
+        m.ADMISSION_SECONDS.observe(time.monotonic() - started)
+        return verdict
+
+    def gpu_inventory(self) -> dict[str, GpuNodeGroup]:
+        """The GPU node groups admission plans against: the reconcile's own node access
+        (`_nodes`, a short-lived cache), grouped once per node list, so a burst of admission
+        requests lists the nodes at most once per cache period, never once per request."""
+        nodes = self._nodes()
+        cached = self._admission_groups
+        if cached is not None and cached[0] is nodes:
+            m.ADMISSION_INVENTORY.labels("cache").inc()
+            return cached[1]
+        m.ADMISSION_INVENTORY.labels("api").inc()
+        groups = group_gpu_nodes(nodes)
+        self._admission_groups = (nodes, groups)
+        return groups
 
     # ------------------------------------------------------------------------------- helpers
 
