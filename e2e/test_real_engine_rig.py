@@ -13,7 +13,6 @@ engine's own KV capacity in status.pools[].observed next to the plan.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from e2e.prometheus import (
 from e2e.realvllm import (
     RealEngine,
     VllmCpu,
+    architecture,
     cpu_argv,
     parse_exposition,
     running_engine,
@@ -45,25 +45,6 @@ EVAL_S = 10
 # The Tesla/L4 budget of a 0.06 utilization ceiling leaves ~0.9 GiB of planned KV cache, which
 # maps to VLLM_CPU_KVCACHE_SPACE=1: the engine stays at ~4 GiB of RAM on a shared 2-core machine.
 MAX_UTILIZATION = 0.06
-
-ARCHITECTURE_KEYS = {
-    "model_type": "modelType",
-    "num_hidden_layers": "numHiddenLayers",
-    "hidden_size": "hiddenSize",
-    "num_attention_heads": "numAttentionHeads",
-    "num_key_value_heads": "numKeyValueHeads",
-    "head_dim": "headDim",
-    "intermediate_size": "intermediateSize",
-    "vocab_size": "vocabSize",
-    "max_position_embeddings": "maxPositionEmbeddings",
-    "tie_word_embeddings": "tieWordEmbeddings",
-}
-
-
-def architecture(model: Path) -> dict[str, Any]:
-    """spec.model.architecture from the tiny model's own config.json."""
-    config = json.loads((model / "config.json").read_text())
-    return {camel: config[key] for key, camel in ARCHITECTURE_KEYS.items() if key in config}
 
 
 def service(namespace: str, install: VllmCpu) -> dict[str, Any]:
