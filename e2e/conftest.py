@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from e2e import realvllm
 from e2e.kube import Kube, load_manifests
 from e2e.localcluster import (
     LocalCluster,
@@ -32,11 +33,16 @@ from e2e.localcluster import (
     run_dir,
     tools_unavailable,
 )
+from e2e.operator_process import OperatorProcess
+from e2e.prometheus import REQUIRE_ENV, PrometheusUnavailable, find_prometheus
+from e2e.realvllm import serving_engine, vllm_cpu
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = REPO_ROOT / "crds" / "serving.vllm-operator.dev_vllmservices.yaml"
 EXAMPLES = REPO_ROOT / "examples"
 E2E_DIR = Path(__file__).resolve().parent
+
+__all__ = ["serving_engine", "vllm_cpu"]  # the real engine's session fixtures (e2e/realvllm.py)
 
 _local: LocalCluster | None = None  # for failure reports
 
@@ -104,6 +110,8 @@ def pytest_runtest_makereport(
     report = yield
     if report.failed and _local is not None and E2E_DIR in Path(str(item.path)).parents:
         report.sections.append(("control-plane logs", _local.log_tails()))
+    if report.failed and realvllm.ENGINES and E2E_DIR in Path(str(item.path)).parents:
+        report.sections.append(("vllm serve logs", realvllm.engine_log_tails()))
     return report
 
 
@@ -198,11 +206,14 @@ def crd(kube: Kube) -> dict[str, Any]:
     (obj,) = load_manifests(CRD_FILE)
     kube.apply(obj)
     name = obj["metadata"]["name"]
-    return kube.wait_condition(
+    established = kube.wait_condition(
         f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
         "Established",
         timeout=30,
     )
+    group, version = obj["spec"]["group"], obj["spec"]["versions"][0]["name"]
+    kube.wait_served(f"{group}/{version}", obj["spec"]["names"]["kind"])
+    return established
 
 
 @pytest.fixture
@@ -213,3 +224,26 @@ def namespace(kube: Kube) -> Iterator[str]:
     kube.wait_for_default_service_account(name)
     yield name
     kube.delete(f"/api/v1/namespaces/{name}")
+
+
+# -- shared fixtures of several test modules ---------------------------------------------------
+
+
+@pytest.fixture
+def operator(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log", [namespace])
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def prometheus_binary() -> Path:
+    try:
+        return find_prometheus()
+    except PrometheusUnavailable as err:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"Prometheus is required here: {err}")
+        pytest.skip(f"needs Prometheus (make promtool): {err}")

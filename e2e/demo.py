@@ -2,7 +2,8 @@
 
 Why: a newcomer's first command should show the project working against a real API server:
 the GPU nodes it would plan for, the VLLMService CRD installed, every example accepted, and an
-invalid one rejected with its field path (schema and CEL). The cluster keeps running afterwards
+invalid one rejected with its field path (schema and CEL), and an infeasible one denied at apply
+time by the operator's admission webhook with the planner's reasons. The cluster keeps running afterwards
 (`make demo-down` stops it) so it can be explored with the printed kubeconfig.
 
 Usage: python -m e2e.demo [--state-dir DIR]
@@ -15,12 +16,14 @@ import contextlib
 import copy
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from e2e import webhook
 from e2e.kube import ApiError, Kube, load_manifests, wait_for
 from e2e.localcluster import (
     REPO_ROOT,
@@ -34,6 +37,15 @@ from e2e.localcluster import (
 
 CRD_FILE = REPO_ROOT / "crds" / "serving.vllm-operator.dev_vllmservices.yaml"
 EXAMPLES = REPO_ROOT / "examples"
+INFEASIBLE = EXAMPLES / "infeasible"
+WEBHOOK_CONFIGURATION = "vllm-operator-demo"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def render_table(data: dict[str, Any], *, with_namespace: bool = True) -> str:
@@ -116,9 +128,31 @@ def run(cluster: LocalCluster) -> None:
             for cause in err.causes or ({"field": "", "message": err.message},):
                 print(f"    {cause.get('field', '')}: {cause.get('message', '')}")
 
-    section("The operator (vllm-operator run), left running in the background")
-    pid = start_operator(cluster)
-    print(f"  pid={pid} log={cluster.state_dir / OPERATOR_LOG}")
+    section("The operator (vllm-operator run --webhook-port), left running in the background")
+    port = free_port()
+    kube.apply(webhook.configuration(WEBHOOK_CONFIGURATION, "default", port))
+    pid = start_operator(cluster, webhook.operator_args(port, "default", WEBHOOK_CONFIGURATION))
+    print(f"  pid={pid} log={cluster.state_dir / OPERATOR_LOG} webhook=https://127.0.0.1:{port}")
+
+    section("An infeasible example, denied at apply time by the fit check (admission webhook)")
+    infeasible = [(p, o) for p in sorted(INFEASIBLE.glob("*.yaml")) for o in load_manifests(p)]
+    webhook.wait_serving(kube, infeasible[0][1])
+    for path, obj in infeasible:
+        print(f"  kubectl apply --dry-run=server -f {path.relative_to(REPO_ROOT)}")
+        try:
+            kube.apply(obj, dry_run=True)
+            print("    unexpectedly admitted")
+        except ApiError as err:
+            print(f"    HTTP {err.status} {err.reason}")
+            head, _, rest = err.message.partition(": ")
+            reasons, _, alternatives = rest.partition(" Alternatives: ")
+            print(f"    {head}:")
+            for line in reasons.split("; "):
+                print(f"      {line}")
+            if alternatives:
+                print("    Alternatives:")
+                for line in alternatives.rstrip(".").split("; "):
+                    print(f"      - {line}")
     names = [
         (o["metadata"].get("namespace", "default"), o["metadata"]["name"])
         for p in sorted(EXAMPLES.glob("*.yaml"))
@@ -149,7 +183,7 @@ OPERATOR_PID = "operator.pid"
 SERVICES = "/apis/serving.vllm-operator.dev/v1alpha1"
 
 
-def start_operator(cluster: LocalCluster) -> int:
+def start_operator(cluster: LocalCluster, extra_args: Sequence[str] = ()) -> int:
     """`vllm-operator run` detached from this process (its own session); demo-down stops it."""
     stop_operator(cluster.state_dir)
     cli = Path(sys.executable).with_name("vllm-operator")
@@ -164,6 +198,7 @@ def start_operator(cluster: LocalCluster) -> int:
             "0",
             "--health-address",
             "127.0.0.1:0",
+            *extra_args,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -216,6 +251,14 @@ def print_status_plan(kube: Kube, namespace: str, name: str) -> None:
             print(
                 f"      weights {memory['weightsGiB']} GiB, KV {memory['kvCacheGiB']} GiB = "
                 f"{memory['kvCacheTokens']} tokens ({memory['concurrencyAtP99']} x P99)"
+            )
+        host = plan.get("hostMemory") or {}
+        if host:
+            print(
+                f"      host memory request = limit = {host['limitGiB']} GiB "
+                f"(planned {host['plannedGiB']}"
+                + (", clamped to the nodes" if host.get("clamped") else "")
+                + ")"
             )
 
 

@@ -10,6 +10,7 @@ JSON dicts.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -112,6 +113,17 @@ class ResourceInfo:
         return base
 
 
+_WARNING = re.compile(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"')
+
+
+def parse_warnings(headers: Iterable[str]) -> list[str]:
+    """The texts of RFC 7234 `Warning: 299 - "text"` headers (one header may hold several)."""
+    out: list[str] = []
+    for header in headers:
+        out += [re.sub(r"\\(.)", r"\1", m) for m in _WARNING.findall(header)]
+    return out
+
+
 def load_manifests(path: Path | str) -> list[JSON]:
     """Reads every non-empty YAML document of a file."""
     with open(path, encoding="utf-8") as f:
@@ -127,6 +139,9 @@ class Kube:
             config_file=str(kubeconfig), context=context
         )
         self._discovery: dict[str, dict[str, ResourceInfo]] = {}
+        # The `Warning` headers of the last answer (admission webhook warnings, deprecations),
+        # as kubectl prints them.
+        self.last_warnings: list[str] = []
 
     def close(self) -> None:
         self.api_client.close()
@@ -153,6 +168,7 @@ class Kube:
         )
         resp = self.api_client.call_api(*params)
         data = resp.read()
+        self.last_warnings = parse_warnings(resp.headers.getlist("Warning"))
         if not 200 <= int(resp.status) <= 299:
             raise ApiError.from_response(int(resp.status), str(resp.reason or ""), data)
         decoded: JSON = json.loads(data) if data else {}
@@ -160,6 +176,21 @@ class Kube:
 
     def get(self, path: str) -> JSON:
         return self.request("GET", path)
+
+    def read_text(self, path: str, query: Mapping[str, str] | None = None) -> str:
+        """GETs a plain-text answer (e.g. ``pods/NAME/log``); raises ApiError on non-2xx."""
+        params = self.api_client.param_serialize(
+            "GET",
+            path,
+            query_params=list((query or {}).items()),
+            header_params={"Accept": "text/plain, */*"},
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api_client.call_api(*params)
+        data = resp.read()
+        if not 200 <= int(resp.status) <= 299:
+            raise ApiError.from_response(int(resp.status), str(resp.reason or ""), data)
+        return bytes(data).decode("utf-8", errors="replace")
 
     def exists(self, path: str) -> bool:
         try:
@@ -181,6 +212,19 @@ class Kube:
             if found is not None:
                 return found
         raise LookupError(f"Kind {kind} not served at apiVersion={api_version}")
+
+    def wait_served(self, api_version: str, kind: str, *, timeout: float = 30) -> ResourceInfo:
+        """Wait until discovery lists `kind` (a CRD can be Established before the aggregated
+        discovery of its group is updated; under load that gap is seconds)."""
+
+        def served() -> ResourceInfo | None:
+            found = self._discover(api_version).get(kind)
+            if found is not None:
+                self._discovery[api_version] = self._discover(api_version)
+            return found
+
+        info: ResourceInfo = wait_for(served, timeout=timeout, what=f"{kind} served")
+        return info
 
     def _discover(self, api_version: str) -> dict[str, ResourceInfo]:
         path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"

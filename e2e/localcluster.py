@@ -7,8 +7,9 @@ their Go modules (hack/tools/build.sh) and started here as plain processes:
 
     etcd -> kube-apiserver -> kube-controller-manager -> kube-scheduler -> kwok (+ nodes)
 
-Everything listens on 127.0.0.1 on ports chosen at runtime; certificates, service-account keys
-and an admin kubeconfig are generated into a state directory; readiness is bounded polling of
+Everything listens on 127.0.0.1 on ports chosen at runtime (kwok's kubelet endpoint, which serves
+pod logs registered with ``set_pod_log``, included); certificates, service-account keys and an
+admin kubeconfig are generated into a state directory; readiness is bounded polling of
 health endpoints and API conditions; every process runs in its own process group and is stopped
 by PID (the state file lets ``down`` clean up after a crashed or detached ``up``).
 
@@ -37,12 +38,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from e2e.kube import ApiError, Kube, wait_for
+from e2e.kube import ApiError, Kube, load_manifests, wait_for
 
 __all__ = [
     "Binaries",
@@ -59,8 +61,10 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO_ROOT / "hack" / "tools" / "build.sh"
 STAGES_FILE = REPO_ROOT / "hack" / "kwok" / "stages.yaml"
+LOGS_CRD_FILE = REPO_ROOT / "hack" / "kwok" / "logs-crd.yaml"
 NODES_FILE = Path(__file__).resolve().parent / "nodes.yaml"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+LOGS_API_VERSION = "kwok.x-k8s.io/v1alpha1"
 STATE_FILE = "cluster.json"
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -236,16 +240,22 @@ def set_container_status(
     last_terminated_reason: str = "OOMKilled",
     exit_code: int = 137,
     waiting_reason: str | None = "CrashLoopBackOff",
+    ran_for_s: int = 0,
 ) -> dict[str, Any]:
     """Writes a container status the way a kubelet would after the container died.
 
     Default: restarted once after an OOM kill (lastState.terminated OOMKilled, exit 137) and now
     in CrashLoopBackOff, not ready. The pod's phase stays Running, so kwok's pod-ready Stage
-    (which only matches Pending pods) leaves it alone.
+    (which only matches Pending pods) leaves it alone. ``ran_for_s`` is how long the dead
+    container ran (lastState.terminated.startedAt that long before finishedAt): the pod's Ready
+    condition turns False now, so with a positive value the status says the container had been
+    Ready and lost it when it died (a runtime crash); with 0 it never became Ready.
     """
     path = f"/api/v1/namespaces/{namespace}/pods/{pod}"
     obj = kube.get(path)
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    clock = time.time()
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock))
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock - ran_for_s))
     statuses: list[dict[str, Any]] = []
     for c in obj["spec"]["containers"]:
         name = c["name"]
@@ -293,7 +303,7 @@ def set_container_status(
                     "terminated": {
                         "reason": last_terminated_reason,
                         "exitCode": exit_code,
-                        "startedAt": now,
+                        "startedAt": started,
                         "finishedAt": now,
                     }
                 },
@@ -330,7 +340,7 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 def generate_pki(pki: Path) -> None:
-    """CA, API server serving cert, admin client cert (system:masters), SA signing key pair.
+    """CA, API server and kwok kubelet serving certs, admin client cert (system:masters), SA key.
 
     EC P-256 keys: generated in milliseconds, accepted by every component.
     """
@@ -362,6 +372,8 @@ def generate_pki(pki: Path) -> None:
     )
     certs = {
         "apiserver": ("/CN=kube-apiserver", f"subjectAltName={sans}", "serverAuth"),
+        # kwok's kubelet endpoint (pod logs), verified by the API server against the same CA.
+        "kubelet": ("/CN=kwok-kubelet", "subjectAltName=IP:127.0.0.1", "serverAuth"),
         "admin": ("/O=system:masters/CN=vllm-operator-e2e-admin", None, "clientAuth"),
     }
     for name, (subj, san, usage) in certs.items():
@@ -557,15 +569,24 @@ class LocalCluster:
             generate_pki(self.pki)
             self.ports = {
                 n: free_port()
-                for n in ("etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler")
+                for n in (
+                    "etcd",
+                    "etcd_peer",
+                    "apiserver",
+                    "controller_manager",
+                    "scheduler",
+                    "kwok",
+                )
             }
             write_kubeconfig(self.kubeconfig, self.server, self.pki)
             self._save_state()
             self._start_etcd(bins)
             self._start_apiserver(bins)
+            self.kube.create(self._logs_crd())
             # The rest only need the API server: start them together, then wait for each.
             waits = [self._start_controller_manager(bins), self._start_scheduler(bins)]
-            self._start_kwok(bins)
+            self.kube.wait_served(LOGS_API_VERSION, "Logs", timeout=self.start_timeout)
+            waits.append(self._start_kwok(bins))
             for wait in waits:
                 wait()
             self.add_nodes(node_manifests(self.nodes_file))
@@ -787,6 +808,10 @@ class LocalCluster:
                 "--enable-admission-plugins=ExtendedResourceToleration",
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--endpoint-reconciler-type=none",  # 127.0.0.1 is not a valid endpoint address
+                # Pod logs are proxied to the node's kubelet endpoint: kwok's server on
+                # 127.0.0.1 (the nodes' only address), its serving cert checked against our CA.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-certificate-authority={p / 'ca.crt'}",
                 "--allow-privileged=true",
                 "--profiling=false",
             ],
@@ -860,8 +885,22 @@ class LocalCluster:
             "kube-scheduler /readyz",
         )
 
-    def _start_kwok(self, bins: Binaries) -> None:
-        self._spawn(
+    @staticmethod
+    def _logs_crd() -> dict[str, Any]:
+        (crd,) = load_manifests(LOGS_CRD_FILE)
+        return crd
+
+    def _start_kwok(self, bins: Binaries) -> Callable[[], None]:
+        """kwok runs the node/pod Stages and serves the kubelet endpoint of every node it manages.
+
+        Every node gets InternalIP 127.0.0.1 and daemonEndpoints.kubeletEndpoint.Port = kwok's
+        port (node-initialize Stage: NodeIP, NodePort), so the API server proxies
+        ``pods/NAME/log`` to ``https://127.0.0.1:PORT/containerLogs/NS/POD/CONTAINER``, where kwok
+        answers from the files a ``Logs`` object names (--enable-crds=Logs; set_pod_log).
+        """
+        p = self.pki
+        port = self.ports["kwok"]
+        comp = self._spawn(
             "kwok",
             [
                 bins.kwok,
@@ -871,9 +910,69 @@ class LocalCluster:
                 f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
                 "--node-lease-duration-seconds=40",
                 "--cidr=10.244.0.0/16",
-                "--node-ip=10.0.0.1",
+                "--node-ip=127.0.0.1",
+                f"--node-port={port}",
+                # Without it kwok would listen on 0.0.0.0:--node-port.
+                f"--server-address=127.0.0.1:{port}",
+                f"--tls-cert-file={p / 'kubelet.crt'}",
+                f"--tls-private-key-file={p / 'kubelet.key'}",
+                "--enable-crds=Logs",
             ],
         )
+        return lambda: self._wait_ready(
+            comp,
+            lambda: self._https_ok(port, "/healthz", client_cert=False),
+            "kwok /healthz",
+        )
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.state_dir / "pod-logs"
+
+    def set_pod_log(
+        self, namespace: str, pod: str, container: str, text: str, *, previous: bool = False
+    ) -> Path:
+        """Makes ``text`` the (previous, with ``previous``) log of a pod's container.
+
+        Why: kwok's pods run no container, so ``GET pods/POD/log`` has nothing to read unless a
+        kwok ``Logs`` object names files for it. The text is written in the CRI log format
+        kwok reads (``<RFC 3339 time> stderr F <line>``), one file per container and run
+        (current, previous; the other starts empty), and the pod's Logs object is applied with
+        every container that has files. kwok picks the object up through its watch: a reader
+        waits for the log to be served (bounded) rather than assuming it is at once.
+        """
+        directory = self.pod_logs / namespace / pod
+        directory.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        target = directory / f"{container}.{'previous' if previous else 'current'}.log"
+        target.write_text(
+            "".join(f"{stamp} stderr F {line}\n" for line in text.splitlines()), encoding="utf-8"
+        )
+        for run in ("current", "previous"):
+            (directory / f"{container}.{run}.log").touch()
+        containers = sorted({f.name.split(".")[0] for f in directory.glob("*.log")})
+        self.kube.apply(
+            {
+                "apiVersion": LOGS_API_VERSION,
+                "kind": "Logs",
+                "metadata": {"name": pod, "namespace": namespace},
+                "spec": {
+                    "logs": [
+                        {
+                            "containers": [c],
+                            "logsFile": str(directory / f"{c}.current.log"),
+                            "previousLogsFile": str(directory / f"{c}.previous.log"),
+                        }
+                        for c in containers
+                    ]
+                },
+            }
+        )
+        log(
+            f"Set pod log pod={namespace}/{pod} container={container} previous={previous} "
+            f"file={target}"
+        )
+        return target
 
     def add_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         """Creates simulated nodes and waits until kwok reports each Ready."""

@@ -79,7 +79,11 @@ class Target:
 
 
 class LocalPrometheus:
-    """One Prometheus process scraping `targets` every `scrape_interval`."""
+    """One Prometheus process scraping `targets` every `scrape_interval`.
+
+    The targets come from a file (file-based service discovery), so `set_targets` can follow pods
+    that come and go (a rollout renames them) without restarting Prometheus.
+    """
 
     def __init__(
         self,
@@ -98,6 +102,17 @@ class LocalPrometheus:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.workdir / "prometheus.log"
+        self.targets_path = self.workdir / "targets.json"
+
+    def set_targets(self, targets: Sequence[Target]) -> None:
+        """Replace the scraped targets (Prometheus re-reads the file within about a second)."""
+        self.targets = list(targets)
+        body = json.dumps(
+            [{"targets": [t.address], "labels": dict(t.labels)} for t in self.targets]
+        )
+        tmp = self.targets_path.with_suffix(".tmp")
+        tmp.write_text(body)
+        os.replace(tmp, self.targets_path)  # atomic: Prometheus never reads half a file
 
     def config(self) -> dict[str, Any]:
         return {
@@ -109,8 +124,8 @@ class LocalPrometheus:
                 {
                     "job_name": "vllm",
                     "scrape_timeout": self.scrape_interval,
-                    "static_configs": [
-                        {"targets": [t.address], "labels": dict(t.labels)} for t in self.targets
+                    "file_sd_configs": [
+                        {"files": [str(self.targets_path)], "refresh_interval": "1s"}
                     ],
                 }
             ],
@@ -118,6 +133,7 @@ class LocalPrometheus:
 
     def start(self, timeout: float = 60.0) -> LocalPrometheus:
         config = self.workdir / "prometheus.yml"
+        self.set_targets(self.targets)
         config.write_text(yaml.safe_dump(self.config()))
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(

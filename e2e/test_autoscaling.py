@@ -10,13 +10,10 @@ here writes the scale subresource exactly as the HPA controller does.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from e2e.conftest import Cluster
 from e2e.kube import Kube, wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.test_controller import example, svc_path, wait_condition
@@ -26,16 +23,6 @@ pytestmark = pytest.mark.usefixtures("crd", "gpu_nodes")
 APPLIES = 'vllm_operator_api_writes_total{kind="apply"}'
 HANDOVER_MANAGER = "vllm-operator-replicas-handover"
 SAMPLE_SECONDS = 15
-
-
-@pytest.fixture
-def operator(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log", [namespace])
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 def _service(namespace: str, replicas: int, mode: str | None) -> dict[str, Any]:

@@ -7,8 +7,6 @@ tests cannot see each other's objects and a test may stop and restart its operat
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,16 +20,6 @@ HASH = "serving.vllm-operator.dev/plan-hash"
 TIMEOUT = 90
 
 pytestmark = pytest.mark.usefixtures("crd", "gpu_nodes")
-
-
-@pytest.fixture
-def operator(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log", [namespace])
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 def example(name: str, namespace: str) -> dict[str, Any]:

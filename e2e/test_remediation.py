@@ -1,8 +1,9 @@
 """Remediation end to end: real control plane, real Prometheus, simulated vLLM pods, real operator.
 
-The pool's (kwok) pod is shadowed by a simulated vLLM with the same name that serves the pinned
-version's /metrics exposition, scraped by a real Prometheus with the pod's namespace/name labels;
-the operator process reads Prometheus through --prometheus-url.
+The pool's (kwok) pods are shadowed by one simulated vLLM per pool that serves the pinned
+version's /metrics exposition, scraped by a real Prometheus once per current pod of the pool with
+that pod's namespace/name labels (so a rollout's new pods are scraped too); the operator process
+reads Prometheus through --prometheus-url.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.remediation.logfixtures import LOGS, load
 
 from e2e.conftest import EXAMPLES, Cluster
-from e2e.kube import Kube, load_manifests, wait_for
+from e2e.kube import ApiError, Kube, load_manifests, wait_for
 from e2e.localcluster import set_container_status
 from e2e.operator_process import OperatorProcess
 from e2e.prometheus import REQUIRE_ENV, PrometheusUnavailable
-from e2e.simvllm.rig import ScrapedPods, scraped_pods
+from e2e.simvllm.rig import ScrapedPools, scraped_pools
 
 GROUP_PATH = "/apis/serving.vllm-operator.dev/v1alpha1"
 NAME = "llama-8b-chat"
+POOL = "NVIDIA-L4"
+DEPLOYMENT = "llama-8b-chat-l4"
 EVAL_S = 10
 WINDOW_S = 30
 # An action must come within two evaluation intervals after its window has filled (plus the
@@ -49,6 +53,11 @@ def service(namespace: str, mode: str, scenario: str | None = None) -> dict[str,
         # good prefix reuse the policy's step is a scale-out within this bound. (With a low hit
         # rate, prefix caching off comes first; without maxReplicas there is no scale-out.)
         obj["spec"]["remediation"]["maxReplicas"] = 2
+    if scenario == "low-prefix-hit" and mode == "auto":
+        # Restoration is what this case tests: the shortest quiet period the spec allows, and a
+        # cooldown that does not hold the restore back.
+        obj["spec"]["remediation"]["cooldownSeconds"] = 30
+        obj["spec"]["remediation"]["restoreAfterSeconds"] = 60
     return obj
 
 
@@ -60,6 +69,19 @@ def cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     return next(
         (dict(c) for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == type_),
         {},
+    )
+
+
+def running_pods(kube: Kube, namespace: str) -> list[str]:
+    """The pool's Running pods that are not being deleted (what the Service would route to)."""
+    pods = kube.list(
+        f"/api/v1/namespaces/{namespace}/pods",
+        label_selector="app.kubernetes.io/instance=" + NAME,
+    )
+    return sorted(
+        str(p["metadata"]["name"])
+        for p in pods
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
     )
 
 
@@ -81,8 +103,8 @@ def ready_pod(kube: Kube, namespace: str) -> str:
 @pytest.fixture
 def started(
     cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[tuple[OperatorProcess, ScrapedPods | None, str]]:
-    """A ready service; with a `scenario` marker, its pod shadowed by a simulated vLLM."""
+) -> Iterator[tuple[OperatorProcess, ScrapedPools | None, str]]:
+    """A ready service; with a `scenario` marker, its pool shadowed by a simulated vLLM."""
     marker = request.node.get_closest_marker("scenario")
     mode = request.node.get_closest_marker("mode")
     kube.apply(
@@ -101,7 +123,12 @@ def started(
     with op:
         pod = ready_pod(kube, namespace)
     try:
-        rig_cm = scraped_pods({pod: marker.args[0]}, namespace=namespace, version="0.33.0")
+        rig_cm = scraped_pools(
+            {POOL: marker.args[0]},
+            namespace=namespace,
+            version="0.33.0",
+            pods_of=lambda _pool: running_pods(kube, namespace),
+        )
         rig = rig_cm.__enter__()
     except PrometheusUnavailable as err:
         if os.environ.get(REQUIRE_ENV) == "1":
@@ -137,7 +164,7 @@ SCENARIOS = [
     indirect=["started"],
 )
 def test_scenario_is_reported_once_then_clears_after_recovery(
-    kube: Kube, namespace: str, started: tuple[OperatorProcess, ScrapedPods, str], reason: str
+    kube: Kube, namespace: str, started: tuple[OperatorProcess, ScrapedPools, str], reason: str
 ) -> None:
     op, rig, pod = started
     start = time.monotonic()
@@ -147,7 +174,7 @@ def test_scenario_is_reported_once_then_clears_after_recovery(
         what=f"a {reason} step",
     )
     assert time.monotonic() - start <= DEADLINE
-    assert entry["message"].startswith("Recommended:")
+    assert entry["recommended"] is True
     obj = kube.get(path(namespace))
     assert cond(obj, "MemoryPressure")["status"] == "True"
     assert cond(obj, "MetricsAvailable")["status"] == "True"
@@ -157,7 +184,7 @@ def test_scenario_is_reported_once_then_clears_after_recovery(
     # Once: further evaluations inside the cooldown add no second step.
     time.sleep(2 * EVAL_S)  # observe two more evaluation intervals (bounded observation window)
     assert [h["reason"] for h in history(kube, namespace)].count(reason) == 1
-    rig.switch(pod, "steady")
+    rig.switch(POOL, "steady")
     wait_for(
         lambda: cond(kube.get(path(namespace)), "MemoryPressure").get("status") == "False",
         timeout=WINDOW_S + 3 * EVAL_S + 20,
@@ -168,7 +195,7 @@ def test_scenario_is_reported_once_then_clears_after_recovery(
 @pytest.mark.scenario("kv-saturation")
 @pytest.mark.mode("auto")
 def test_prometheus_down_means_metrics_unavailable_and_no_action(
-    kube: Kube, namespace: str, started: tuple[OperatorProcess, ScrapedPods, str]
+    kube: Kube, namespace: str, started: tuple[OperatorProcess, ScrapedPools, str]
 ) -> None:
     _, rig, _ = started
     rig.prometheus.stop()
@@ -183,28 +210,175 @@ def test_prometheus_down_means_metrics_unavailable_and_no_action(
     assert not [h for h in history(kube, namespace) if h["reason"] == "KVPressure"]
 
 
-def test_oom_killed_pod_is_host_memory_and_leaves_gpu_args_alone(
+def test_oom_killed_pod_raises_the_memory_limit_and_leaves_gpu_args_alone(
     kube: Kube, namespace: str, started: tuple[OperatorProcess, None, str]
 ) -> None:
     _, _, pod = started
     dep_path = f"/apis/apps/v1/namespaces/{namespace}/deployments/llama-8b-chat-l4"
-    before = kube.get(dep_path)["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    def container() -> dict[str, Any]:
+        found: dict[str, Any] = kube.get(dep_path)["spec"]["template"]["spec"]["containers"][0]
+        return found
+
+    before = container()
+    host = kube.get(path(namespace))["status"]["pools"][0]["plan"]["hostMemory"]
+    planned = f"{host['limitGiB']}Gi"
+    assert before["resources"]["requests"]["memory"] == planned
+    assert before["resources"]["limits"]["memory"] == planned
     set_container_status(kube, namespace, pod)  # OOMKilled, exit 137, CrashLoopBackOff
 
-    def host_oom() -> dict[str, Any] | None:
+    def raised() -> dict[str, Any] | None:
         obj = kube.get(path(namespace))
-        pressure = next(
-            (
-                c
-                for c in obj.get("status", {}).get("conditions", [])
-                if c["type"] == "MemoryPressure"
-            ),
-            None,
-        )
-        return obj if pressure and pressure["reason"] == "HostOOM" else None
+        overrides = (obj.get("status") or {}).get("overrides") or []
+        return obj if any(o["field"] == "host_memory_gib" for o in overrides) else None
 
-    obj = wait_for(host_oom, timeout=3 * EVAL_S + 30, what="MemoryPressure=True HostOOM")
+    obj = wait_for(raised, timeout=3 * EVAL_S + 30, what="host_memory_gib override (HostOOM)")
     assert cond(obj, "MemoryPressure")["status"] == "True"
-    after = kube.get(dep_path)["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert after == before  # host RAM ran out: no GPU argument can help
-    assert not [o for o in obj["status"].get("overrides") or [] if o["field"] != "memory"]
+    assert cond(obj, "MemoryPressure")["reason"] == "HostOOM"
+    (override,) = obj["status"]["overrides"]  # nothing but the host-memory limit changed
+    assert override["reason"] == "HostOOM" and override["value"] >= host["limitGiB"] + 4
+    grown = f"{override['value']}Gi"
+    # Degraded names the class and the pod; set by the same evaluation, before the pool rolls.
+    degraded = wait_for(
+        lambda: (lambda c: c if c.get("reason") == "HostOOM" else None)(
+            cond(kube.get(path(namespace)), "Degraded")
+        ),
+        timeout=EVAL_S,
+        what="Degraded=True HostOOM",
+    )
+    assert degraded["status"] == "True" and f"pod {pod}" in degraded["message"]
+
+    def rendered() -> dict[str, Any] | None:
+        current = container()
+        return current if current["resources"]["limits"]["memory"] == grown else None
+
+    after = wait_for(rendered, timeout=30, what=f"the Deployment's memory limit at {grown}")
+    assert after["resources"]["requests"]["memory"] == grown
+    assert after["args"] == before["args"]  # host RAM ran out: no GPU argument can help
+
+
+def container_args(kube: Kube, namespace: str) -> list[str]:
+    dep = kube.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{DEPLOYMENT}")
+    return list(dep["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+@pytest.mark.scenario("low-prefix-hit")
+@pytest.mark.mode("auto")
+def test_auto_mode_override_rolls_the_pool_and_is_restored_after_recovery(
+    kube: Kube, namespace: str, started: tuple[OperatorProcess, ScrapedPools, str]
+) -> None:
+    """PrefixCacheWaste in auto mode: the override rolls the pool (new pod names, still scraped
+    because the simulated fleet is keyed by pool), and once the pool is calm for
+    restoreAfterSeconds the override is cleared and the planned arguments come back."""
+    _, rig, first_pod = started
+    planned = container_args(kube, namespace)
+
+    def override() -> dict[str, Any] | None:
+        overrides = (kube.get(path(namespace)).get("status") or {}).get("overrides") or []
+        return next((o for o in overrides if o["reason"] == "PrefixCacheWaste"), None)
+
+    step = wait_for(override, timeout=DEADLINE, what="a PrefixCacheWaste override")
+    assert step["field"] == "enable_prefix_caching" and step["value"] is False
+    entry = next(h for h in history(kube, namespace) if h["reason"] == "PrefixCacheWaste")
+    assert entry["recommended"] is False  # auto mode applied it
+    rig.switch(POOL, "steady")  # the pool recovers
+    wait_for(
+        lambda: container_args(kube, namespace) != planned, timeout=30, what="the pool re-rendered"
+    )
+    replaced = wait_for(
+        lambda: (lambda pods: pods if pods and first_pod not in pods else None)(
+            running_pods(kube, namespace)
+        ),
+        timeout=90,
+        what="the rollout's new pod",
+    )
+    rig.wait_scraped()  # the new pod's series exist under its own name
+    assert rig.current[POOL] == replaced
+
+    restored = wait_for(
+        lambda: next((h for h in history(kube, namespace) if h["reason"] == "Restored"), None),
+        timeout=60 + WINDOW_S + 6 * EVAL_S + 60,
+        what="the override restored",
+    )
+    assert restored["field"] == "enable_prefix_caching" and restored["recommended"] is False
+    obj = kube.get(path(namespace))
+    assert (obj["status"].get("overrides") or []) == []
+    wait_for(
+        lambda: container_args(kube, namespace) == planned,
+        timeout=30,
+        what="the planned arguments rendered again",
+    )
+    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
+    assert any(e["reason"] == "Restored" and e["type"] == "Normal" for e in events)
+
+
+# A real vLLM V1 runtime CUDA OOM (public source cited in the file): the classifier's own
+# runtime-cuda-oom fixture.
+RUNTIME_OOM_LOG = LOGS / "v0.2x-runtime-cuda-oom-output-handler.log"
+
+
+def flag(args: list[str], name: str) -> int:
+    return int(args[args.index(name) + 1])
+
+
+def test_runtime_cuda_oom_in_the_previous_log_lowers_batched_tokens(
+    cluster: Cluster, kube: Kube, namespace: str, started: tuple[OperatorProcess, None, str]
+) -> None:
+    """A pod that had been Ready dies with exit 1 (Error); its previous container's log, served
+    by kwok's kubelet endpoint through the API server, is a real vLLM runtime CUDA OOM. The
+    operator reads it (pods/log?previous=true) and in auto mode lowers max_num_batched_tokens
+    (BurstOOM), with Degraded=True RuntimeOOM naming the pod."""
+    if cluster.local is None:
+        pytest.skip("pod logs are registered through the local control plane's kwok")
+    _, _, pod = started
+    planned = flag(container_args(kube, namespace), "--max-num-batched-tokens")
+    fixture = load(RUNTIME_OOM_LOG)
+    assert fixture.expect["class"] == "runtime-cuda-oom"  # the classifier's own expectation
+    cluster.local.set_pod_log(namespace, pod, "vllm", fixture.log, previous=True)
+    log_path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+
+    def served() -> str | None:
+        try:
+            return kube.read_text(log_path, {"container": "vllm", "previous": "true"})
+        except ApiError:
+            return None  # kwok has not seen the Logs object yet
+
+    text = wait_for(served, timeout=30, what="the previous log served through the API server")
+    assert text.splitlines() == fixture.log.splitlines()
+    set_container_status(
+        kube,
+        namespace,
+        pod,
+        last_terminated_reason="Error",
+        exit_code=1,
+        restart_count=1,
+        ran_for_s=600,  # it had been Ready for ten minutes: a runtime crash
+    )
+
+    def lowered() -> dict[str, Any] | None:
+        overrides = (kube.get(path(namespace)).get("status") or {}).get("overrides") or []
+        return next((o for o in overrides if o["reason"] == "BurstOOM"), None)
+
+    override = wait_for(lowered, timeout=3 * EVAL_S + 30, what="a BurstOOM override")
+    assert override["field"] == "max_num_batched_tokens" and override["value"] < planned
+    obj = kube.get(path(namespace))
+    assert cond(obj, "MemoryPressure")["status"] == "True"
+    assert cond(obj, "MemoryPressure")["reason"] == "BurstOOM"
+    entry = next(h for h in history(kube, namespace) if h["reason"] == "BurstOOM")
+    assert entry["recommended"] is False  # auto mode applied it
+    degraded = wait_for(
+        lambda: (lambda c: c if c.get("reason") == "RuntimeOOM" else None)(
+            cond(kube.get(path(namespace)), "Degraded")
+        ),
+        timeout=EVAL_S,
+        what="Degraded=True RuntimeOOM",
+    )
+    assert degraded["status"] == "True" and f"pod {pod}" in degraded["message"]
+    assert "gpu_capacity_gib=23.56" in degraded["message"]  # the numbers came from the log
+    wait_for(
+        lambda: (
+            flag(container_args(kube, namespace), "--max-num-batched-tokens") == override["value"]
+        ),
+        timeout=30,
+        what=f"the Deployment's --max-num-batched-tokens at {override['value']}",
+    )

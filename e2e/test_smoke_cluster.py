@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from e2e.conftest import Cluster
-from e2e.kube import Kube, wait_for
+from e2e.kube import ApiError, Kube, wait_for
 from e2e.localcluster import set_container_status
 from e2e.test_smoke_crd import VALID
 
@@ -223,3 +223,49 @@ def test_simulated_oomkilled_status_is_visible_through_the_api(
     # kwok's Stages do not overwrite a status a kubelet wrote on a Running pod.
     again = kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
     assert again["status"]["containerStatuses"][0]["restartCount"] == 3
+
+
+def test_pod_logs_registered_with_kwok_are_served_through_the_api_server(
+    cluster: Cluster, kube: Kube, gpu_nodes: None, namespace: str
+) -> None:
+    """The API server proxies pods/log to the node's kubelet endpoint, which is kwok's server on
+    127.0.0.1 (cert checked against the cluster CA); kwok reads the files a Logs object names."""
+    if cluster.local is None:
+        pytest.skip("pod logs are registered through the local control plane's kwok")
+    kube.create(gpu_deployment("logs", namespace, "NVIDIA-L4", gpus=1, replicas=1))
+    (pod,) = wait_for(
+        lambda: [p for p in pods_of(kube, namespace, "logs") if ready(p)],
+        timeout=60,
+        what="logs pod Ready",
+    )
+    name = pod["metadata"]["name"]
+    node = kube.get(f"/api/v1/nodes/{pod['spec']['nodeName']}")
+    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
+    assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] > 0
+    log_path = f"/api/v1/namespaces/{namespace}/pods/{name}/log"
+    previous = {"container": "vllm", "previous": "true"}
+    with pytest.raises(ApiError) as unregistered:
+        kube.read_text(log_path, previous)
+    assert unregistered.value.status == 400 and "no logs found" in str(unregistered.value)
+
+    cluster.local.set_pod_log(namespace, name, "vllm", "first\nsecond\nthird\n", previous=True)
+
+    def served() -> str | None:
+        try:
+            return kube.read_text(log_path, previous)
+        except ApiError:
+            return None  # kwok has not seen the Logs object yet
+
+    assert wait_for(served, timeout=30, what="previous log served") == "first\nsecond\nthird\n"
+    assert kube.read_text(log_path, {**previous, "tailLines": "1"}) == "third\n"
+    assert kube.read_text(log_path, {"container": "vllm"}) == ""  # the current run: nothing yet
+    cluster.local.set_pod_log(namespace, name, "vllm", "serving\n")
+    assert (
+        wait_for(
+            lambda: kube.read_text(log_path, {"container": "vllm"}) or None,
+            timeout=30,
+            what="current log served",
+        )
+        == "serving\n"
+    )
+    assert kube.read_text(log_path, previous) == "first\nsecond\nthird\n"  # untouched

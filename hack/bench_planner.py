@@ -206,7 +206,7 @@ def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
     base.answered = True
     base.weights_pred = est.weights_gib
     base.weights_log = _num(row["weights_gib"])
-    base.failure_predicted = not est.fits
+    base.failure_predicted = not est.fits or bool(est.startup_warnings)
     if extra.get("weights_only"):
         return base
     kv_gib = _num(row["kv_cache_gib"])

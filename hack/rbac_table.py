@@ -33,6 +33,11 @@ GROUPS: dict[str, str] = {
     "none with `huggingFace.readTokenSecrets=false`",
     "nodeEvents": "Role in `default` (only with `watchNamespaces`; cluster-wide the ClusterRole "
     "has it)",
+    "webhookCertificates": "Role in the release namespace, only with `webhook.enabled` and "
+    "without `webhook.certManager.enabled`; get/update limited to the Secret "
+    "`<fullname>-webhook-ca`",
+    "webhookConfiguration": "ClusterRole, only with `webhook.enabled` and without "
+    "`webhook.certManager.enabled`; limited to the chart's ValidatingWebhookConfiguration",
     "namespaceWatch": "ClusterRole, only with `watchNamespaces`",
     "probe": "the probe's own ClusterRole (`probe.enabled`)",
     "probePodNames": "the probe's ClusterRole, only with `probe.podNames`",

@@ -9,7 +9,11 @@
 --   observedGeneration behind metadata.generation                -> Progressing (not yet reconciled)
 --   spec.replicas == 0                                           -> Suspended  (scaled to zero on purpose)
 --   Feasible=False (Infeasible: the intent cannot fit any GPU)   -> Degraded   (a spec change is needed)
---   Degraded=True  (PoolsUnavailable, ...)                        -> Degraded
+--   Degraded=True with a memory crash the operator remediates
+--     (StartupOOM, RuntimeOOM, HostOOM, StartupKVInsufficient,
+--     StartupFreeMemory), MemoryPressure=True, mode auto         -> Progressing (the operator is acting)
+--   Degraded=True  (PoolsUnavailable, Crashing, StartupStalled,
+--     UnrecognizedArguments, a memory crash nobody acts on, ...)  -> Degraded
 --   Progressing=False reason NoMatchingNodes                     -> Degraded   (no node of an allowed GPU type;
 --                                                                   re-planned automatically when one appears)
 --   MemoryPressure=True, remediation mode auto                   -> Progressing (the operator is acting)
@@ -89,7 +93,19 @@ if feasible ~= nil and feasible.status == "False" then
   hs.message = describe(feasible, "Infeasible")
   return hs
 end
+local function remediated_crash(c)
+  return c.reason == "StartupOOM" or c.reason == "RuntimeOOM" or c.reason == "HostOOM"
+    or c.reason == "StartupKVInsufficient" or c.reason == "StartupFreeMemory"
+end
+
+local mode = (spec.remediation or {}).mode or "auto"
 if degraded ~= nil and degraded.status == "True" then
+  if mode == "auto" and remediated_crash(degraded) and pressure ~= nil and pressure.status == "True" then
+    hs.status = "Progressing"
+    hs.message = "Remediating memory pressure: " .. describe(pressure, "MemoryPressure")
+      .. " (" .. describe(degraded, "Degraded") .. ")"
+    return hs
+  end
   hs.status = "Degraded"
   hs.message = describe(degraded, "Degraded")
   return hs
@@ -100,7 +116,6 @@ if progressing ~= nil and progressing.status == "False" and progressing.reason =
   return hs
 end
 if pressure ~= nil and pressure.status == "True" then
-  local mode = (spec.remediation or {}).mode or "auto"
   if mode == "auto" then
     hs.status = "Progressing"
     hs.message = "Remediating memory pressure: " .. describe(pressure, "MemoryPressure")

@@ -165,3 +165,35 @@ def test_probe_process_metric_with_exported_labels() -> None:
 def test_no_gpu_exporter_disables_creep_only() -> None:
     r = observe(full(), gpu_memory_metric=None)
     assert r.pods["a"].complete and r.pods["a"].gpu_memory_used_gib is None
+
+
+def test_a_hit_rate_of_minus_one_means_prefix_caching_is_off() -> None:
+    fake = full()
+    fake.instant["gpu_prefix_cache_hit_rate"] = vector("a", "-1")  # V0 gauge, caching off
+    r = observe(fake, "0.6.0")
+    assert r.available and r.pods["a"].complete
+    assert r.pods["a"].prefix_cache_hit_rate is None  # not 0.0: no PrefixCacheWaste step on it
+    fake.instant["gpu_prefix_cache_hit_rate"] = vector("a", "0.42")
+    assert observe(fake, "0.6.0").pods["a"].prefix_cache_hit_rate == 0.42
+    fake.instant["gpu_prefix_cache_hit_rate"] = vector("a", "1.7")  # not a rate
+    assert observe(fake, "0.6.0").pods["a"].prefix_cache_hit_rate is None
+
+
+def test_kv_usage_outside_zero_to_one_is_invalid_data_not_a_signal() -> None:
+    for bad in (-0.25, 1.5):
+        r = observe(full(kv=bad))
+        m = r.pods["a"]
+        assert r.available and not m.complete  # no metric-driven action on this pod
+        assert m.kv_cache_usage == [] and m.invalid is not None
+        assert f"KV-cache usage {bad:g} outside 0-1" in m.invalid
+        assert "invalid data" in r.message
+    ok = observe(full(kv=1.0))  # full is valid
+    assert ok.pods["a"].complete and ok.pods["a"].invalid is None
+
+
+def test_a_version_outside_the_catalog_is_unavailable_with_a_reason() -> None:
+    fake = full()
+    r = observe(fake, "0.0.1")
+    assert not r.available and r.reason is not None and r.reason.value == "UnsupportedVersion"
+    assert "0.0.1 is not in the version catalog" in r.message
+    assert fake.seen == []  # no query with guessed metric names

@@ -62,6 +62,8 @@ ALL_TOGGLES = (
     "serviceMonitor.enabled=true",
     "prometheusRule.enabled=true",
     "grafanaDashboard.enabled=true",
+    "webhook.enabled=true",
+    "webhook.certManager.enabled=true",
 )
 
 
@@ -124,6 +126,7 @@ def test_every_toggle_renders_its_objects(helm: Path) -> None:
     kinds = {o["kind"] for o in template(helm, *ALL_TOGGLES)}
     assert {"DaemonSet", "ServiceMonitor", "PodMonitor", "PrometheusRule", "ConfigMap"} <= kinds
     assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
+    assert {"ValidatingWebhookConfiguration", "Certificate", "Issuer"} <= kinds
 
 
 def test_operator_pod_is_hardened(helm: Path) -> None:
@@ -217,6 +220,8 @@ def test_rules_file_is_least_privilege() -> None:
         "namespaceWatch",
         "probe",
         "probePodNames",
+        "webhookCertificates",
+        "webhookConfiguration",
     }
     for section, rules in data.items():
         for rule in rules:
@@ -449,3 +454,84 @@ def test_grafana_dashboard_is_the_deploy_source(helm: Path) -> None:
     cm = one(template(helm, "grafanaDashboard.enabled=true"), "ConfigMap")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["vllm-operator.json"]) == json.loads(source.read_text())
+
+
+def test_webhook_with_the_operator_managed_ca(helm: Path) -> None:
+    """Off by default; on: the configuration (sideEffects None, the chosen failurePolicy and
+    selectors), its Service, the operator's flags, and RBAC limited to its Secret and config."""
+    assert "ValidatingWebhookConfiguration" not in {o["kind"] for o in template(helm)}
+    objs = template(
+        helm,
+        "webhook.enabled=true",
+        "webhook.failurePolicy=Fail",
+        "webhook.namespaceSelector.matchLabels.team=ml",
+        "webhook.objectSelector.matchLabels.check=fit",
+    )
+    config = one(objs, "ValidatingWebhookConfiguration")
+    (hook,) = config["webhooks"]
+    assert hook["sideEffects"] == "None" and hook["failurePolicy"] == "Fail"
+    assert hook["timeoutSeconds"] == 5
+    assert hook["namespaceSelector"] == {"matchLabels": {"team": "ml"}}
+    assert hook["objectSelector"] == {"matchLabels": {"check": "fit"}}
+    assert hook["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    assert hook["clientConfig"]["service"] == {
+        "name": "rel-vllm-operator-webhook",
+        "namespace": "ops",
+        "path": "/validate-vllmservice",
+        "port": 443,
+    }
+    assert "caBundle" not in hook["clientConfig"]  # the operator patches it; upgrades keep it
+    one(objs, "Service", "rel-vllm-operator-webhook")
+    args = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--webhook-port=9443" in args
+    assert "--webhook-host=rel-vllm-operator-webhook.ops.svc" in args
+    assert "--webhook-secret=ops/rel-vllm-operator-webhook-ca" in args
+    assert "--webhook-configuration=rel-vllm-operator" in args
+    roles = {o["metadata"]["namespace"]: o for o in objs if o["kind"] == "Role"}
+    secret_rules = [r for r in roles["ops"]["rules"] if "secrets" in r["resources"]]
+    assert {
+        "verbs": ["get", "update"],
+        "resourceNames": ["rel-vllm-operator-webhook-ca"],
+    }.items() <= secret_rules[0].items()
+    assert secret_rules[1]["verbs"] == ["create"] and "resourceNames" not in secret_rules[1]
+    cluster = one(objs, "ClusterRole", "rel-vllm-operator")
+    (config_rule,) = [
+        r for r in cluster["rules"] if "validatingwebhookconfigurations" in r["resources"]
+    ]
+    assert config_rule["verbs"] == ["get", "patch"]
+    assert config_rule["resourceNames"] == ["rel-vllm-operator"]
+
+
+def test_webhook_with_cert_manager(helm: Path) -> None:
+    objs = template(helm, "webhook.enabled=true", "webhook.certManager.enabled=true")
+    config = one(objs, "ValidatingWebhookConfiguration")
+    assert config["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "ops/rel-vllm-operator-webhook"
+    }
+    assert config["webhooks"][0]["failurePolicy"] == "Ignore"
+    cert = one(objs, "Certificate")
+    assert cert["spec"]["secretName"] == "rel-vllm-operator-webhook-tls"
+    assert "rel-vllm-operator-webhook.ops.svc" in cert["spec"]["dnsNames"]
+    assert cert["spec"]["issuerRef"]["name"] == one(objs, "Issuer")["metadata"]["name"]
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--webhook-cert=/etc/vllm-operator/webhook/tls.crt" in args
+    assert not [a for a in args if a.startswith(("--webhook-secret", "--webhook-configuration"))]
+    assert {
+        "name": "webhook-tls",
+        "secret": {"secretName": "rel-vllm-operator-webhook-tls"},
+    } in pod["volumes"]
+    # No Secret or webhook-configuration access: cert-manager and cainjector do that.
+    grants = _grants(objs)
+    assert not {g for g in grants if g[1] in ("validatingwebhookconfigurations",)}
+    assert not {g for g in grants if g[1] == "secrets" and g[2] != "get"}
+    # An issuer of your own: no Issuer rendered.
+    objs = template(
+        helm,
+        "webhook.enabled=true",
+        "webhook.certManager.enabled=true",
+        "webhook.certManager.issuerRef.name=corp-ca",
+        "webhook.certManager.issuerRef.kind=ClusterIssuer",
+    )
+    assert "Issuer" not in {o["kind"] for o in objs}
+    assert one(objs, "Certificate")["spec"]["issuerRef"]["kind"] == "ClusterIssuer"

@@ -1,6 +1,6 @@
 """The chart's RBAC is exactly what the code calls: derived from the gateway's client calls.
 
-Every kubernetes-client call in the operator's gateway (operator/vllm_operator/kube/client.py) is
+Every kubernetes-client call of the operator (operator/vllm_operator/kube/client.py and webhook_tls.py) is
 mapped to the (apiGroup, resource, verb) the API server authorises, Kopf's own needs are added
 from its handler registrations, and the result must equal the rules file the chart renders
 (charts/vllm-operator/files/rbac-rules.yaml): nothing missing, nothing extra.
@@ -12,7 +12,10 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-CLIENT = REPO / "operator" / "vllm_operator" / "kube" / "client.py"
+KUBE = REPO / "operator" / "vllm_operator" / "kube"
+# The operator's kubernetes-client callers: the gateway and the webhook's CA keeper. (The probe's
+# node_annotations.py runs under the probe's own ServiceAccount: rules groups probe*.)
+CLIENTS = (KUBE / "client.py", KUBE / "webhook_tls.py")
 RULES = REPO / "charts" / "vllm-operator" / "files" / "rbac-rules.yaml"
 
 Grant = tuple[str, str, str]
@@ -40,6 +43,14 @@ METHODS: dict[str, set[Grant]] = {
     "read_namespaced_pod_log": {("", "pods/log", "get")},
     "create_namespaced_pod_eviction": {("", "pods/eviction", "create")},
     "read_namespaced_secret": {("", "secrets", "get")},
+    "create_namespaced_secret": {("", "secrets", "create")},
+    "replace_namespaced_secret": {("", "secrets", "update")},
+    "read_validating_webhook_configuration": {
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "get"),
+    },
+    "patch_validating_webhook_configuration": {
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch"),
+    },
     "create_namespaced_event": {("", "events", "create")},
     "get_namespaced_custom_object": {("serving.vllm-operator.dev", "vllmservices", "get")},
     "patch_namespaced_custom_object_status": {
@@ -71,8 +82,8 @@ KOPF: set[Grant] = {
 
 
 def called_methods() -> set[str]:
-    text = CLIENT.read_text()
-    return set(re.findall(r"self\.(?:core|apps|policy|custom)\.([a-z_]+)", text))
+    text = "\n".join(path.read_text() for path in CLIENTS)
+    return set(re.findall(r"self\.(?:core|apps|policy|custom|admission)\.([a-z_]+)", text))
 
 
 def granted() -> set[Grant]:
@@ -83,6 +94,8 @@ def granted() -> set[Grant]:
         + data["namespaceScoped"]
         + data["hubTokens"]
         + data["nodeEvents"]
+        + data["webhookCertificates"]
+        + data["webhookConfiguration"]
         for g in rule["apiGroups"]
         for r in rule["resources"]
         for v in rule["verbs"]

@@ -116,8 +116,9 @@ def test_a_plan_never_exceeds_its_budget(
     result = plan_pool(intent, lookup_gpu(label), arch)
     event("feasible" if isinstance(result, PoolPlan) else "infeasible")
     if not isinstance(result, PoolPlan):
-        # Infeasible is an answer too: it must say why, and a valid intent is no usage error.
-        assert result.reasons and not result.usage_error
+        # Infeasible is an answer too: it must say why (a usage error, such as a bfloat16
+        # checkpoint on a GPU without bfloat16, names the flag to pass).
+        assert result.reasons
         # Discarded so that the examples that count exercise the budget checks below.
         assume(False)
         return

@@ -20,6 +20,7 @@ def gpu_node(
     unschedulable: bool = False,
     memory_mib: int | None = None,
     extra_resources: dict[str, str] | None = None,
+    host_memory: str = "512Gi",
 ) -> dict[str, Any]:
     memory = memory_mib if memory_mib is not None else GPU_MEMORY_MIB.get(product)
     labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.present": "true"}
@@ -33,7 +34,7 @@ def gpu_node(
         "status": {
             "allocatable": {
                 "cpu": "64",
-                "memory": "512Gi",
+                "memory": host_memory,
                 "nvidia.com/gpu": str(gpus),
                 **(extra_resources or {}),
             },

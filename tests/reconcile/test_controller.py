@@ -227,6 +227,9 @@ def test_no_matching_nodes_then_nodes_appear() -> None:
     node = gpu_node("l4-9", "NVIDIA-L4", 1)
     assert ctl.services_affected_by_node(node, deleted=False) == [("default", "llama-8b-chat")]
     assert ctl.services_affected_by_node(node, deleted=False) == []  # a heartbeat: no change
+    smaller = gpu_node("l4-9", "NVIDIA-L4", 1, host_memory="16Gi")  # caps the host memory
+    assert ctl.services_affected_by_node(smaller, deleted=False) == [("default", "llama-8b-chat")]
+    node = smaller
     gw.nodes.append(node)
     ctl.reconcile("default", "llama-8b-chat")
     assert gw.get(Kind.DEPLOYMENT, "default", "llama-8b-chat-l4") is not None

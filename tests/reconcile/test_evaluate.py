@@ -8,7 +8,8 @@ from vllm_operator.kube.gateway import Kind
 from vllm_operator.reconcile.controller import Controller
 from vllm_operator.rendering.names import pool_selector_labels
 
-from .test_controller import OfflineHub, cluster, example, make_ready, status_of
+from .nodes import gpu_node
+from .test_controller import OfflineHub, cluster, condition, example, make_ready, status_of
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 OOM_LOG = """INFO 11-22 09:00:02 launcher.py:46] Application startup complete.
@@ -26,10 +27,19 @@ class Clock:
         return self.now
 
 
-def setup(mode: str = "auto") -> tuple[FakeGateway, Controller, Clock]:
+def setup(
+    mode: str = "auto", l4_memory: str | None = None
+) -> tuple[FakeGateway, Controller, Clock]:
     from vllm_operator.hub.resolver import HubArchitectureResolver
 
     gw = cluster()
+    if l4_memory is not None:
+        gw.nodes = [
+            gpu_node("l4-0", "NVIDIA-L4", 1, host_memory=l4_memory)
+            if n["metadata"]["name"] == "l4-0"
+            else n
+            for n in gw.nodes
+        ]
     svc = example("llama-3.1-8b-l4.yaml")
     svc["spec"]["remediation"] = {"mode": mode}
     gw.add(svc)
@@ -41,7 +51,9 @@ def setup(mode: str = "auto") -> tuple[FakeGateway, Controller, Clock]:
     return gw, ctl, clock
 
 
-def oom_pod(gw: FakeGateway, finished: datetime) -> dict[str, Any]:
+def oom_pod(
+    gw: FakeGateway, finished: datetime, *, reason: str = "Error", exit_code: int = 1
+) -> dict[str, Any]:
     labels = {**pool_selector_labels("llama-8b-chat", "NVIDIA-L4"), "extra": "x"}
     pod = gw.add(
         {
@@ -57,8 +69,8 @@ def oom_pod(gw: FakeGateway, finished: datetime) -> dict[str, Any]:
                         "state": {"running": {}},
                         "lastState": {
                             "terminated": {
-                                "reason": "Error",
-                                "exitCode": 1,
+                                "reason": reason,
+                                "exitCode": exit_code,
                                 "startedAt": (finished - timedelta(hours=3)).isoformat(),
                                 "finishedAt": finished.isoformat(),
                             }
@@ -68,7 +80,8 @@ def oom_pod(gw: FakeGateway, finished: datetime) -> dict[str, Any]:
             },
         }
     )
-    gw.logs[("default", "llama-8b-chat-l4-abc")] = OOM_LOG
+    if reason != "OOMKilled":
+        gw.logs[("default", "llama-8b-chat-l4-abc")] = OOM_LOG
     return pod
 
 
@@ -83,6 +96,57 @@ def flag(args: list[str], name: str) -> int:
     return int(args[args.index(name) + 1])
 
 
+def memory_of(gw: FakeGateway) -> tuple[str, str]:
+    """(request, limit) of the vLLM container's memory."""
+    dep = gw.get(Kind.DEPLOYMENT, "default", "llama-8b-chat-l4")
+    assert dep is not None
+    resources = dep["spec"]["template"]["spec"]["containers"][0]["resources"]
+    return resources["requests"]["memory"], resources["limits"]["memory"]
+
+
+def gib(quantity: str) -> int:
+    assert quantity.endswith("Gi"), quantity
+    return int(quantity.removesuffix("Gi"))
+
+
+def test_oom_killed_raises_the_memory_limit_and_leaves_gpu_args_alone() -> None:
+    gw, ctl, _ = setup()
+    args = args_of(gw)
+    request, limit = memory_of(gw)
+    host = status_of(gw, "llama-8b-chat")["pools"][0]["plan"]["hostMemory"]
+    assert request == limit == f"{host['limitGiB']}Gi"  # rendered from the plan, both ways
+    oom_pod(gw, T0 - timedelta(minutes=1), reason="OOMKilled", exit_code=137)
+    ctl.evaluate("default", "llama-8b-chat")
+    status = status_of(gw, "llama-8b-chat")
+    (override,) = status["overrides"]
+    assert (override["field"], override["reason"]) == ("host_memory_gib", "HostOOM")
+    request, limit = memory_of(gw)
+    assert request == limit == f"{override['value']}Gi"
+    assert gib(limit) >= host["limitGiB"] + 4  # one bounded step: +25 % or +4 GiB
+    assert args_of(gw) == args  # no GPU argument touched
+    assert status["pools"][0]["plan"]["hostMemory"] == host  # the plan stays the plan
+    assert condition(status, "MemoryPressure")["reason"] == "HostOOM"
+
+
+def test_oom_killed_at_the_nodes_allocatable_memory_grows_nothing() -> None:
+    gw, ctl, _ = setup(l4_memory="8Gi")
+    host = status_of(gw, "llama-8b-chat")["pools"][0]["plan"]["hostMemory"]
+    assert host["clamped"] and host["limitGiB"] == host["maxLimitGiB"] == 7
+    assert host["plannedGiB"] > 7 and "8.0 GiB allocatable" in host["note"]
+    assert any(
+        "clamped to 7 GiB" in r
+        for r in status_of(gw, "llama-8b-chat")["pools"][0]["plan"]["reasons"]
+    )
+    before = memory_of(gw)
+    oom_pod(gw, T0 - timedelta(minutes=1), reason="OOMKilled", exit_code=137)
+    ctl.evaluate("default", "llama-8b-chat")
+    status = status_of(gw, "llama-8b-chat")
+    assert status["overrides"] == []
+    assert memory_of(gw) == before == ("7Gi", "7Gi")
+    unmet = condition(status, "TargetUnmet")
+    assert unmet["status"] == "True" and "host-memory limit is already 7 GiB" in unmet["message"]
+
+
 def test_burst_oom_lowers_batched_tokens_once_and_rolls_the_pool() -> None:
     gw, ctl, clock = setup()
     planned = flag(args_of(gw), "--max-num-batched-tokens")
@@ -93,6 +157,7 @@ def test_burst_oom_lowers_batched_tokens_once_and_rolls_the_pool() -> None:
     assert override["field"] == "max_num_batched_tokens" and override["reason"] == "BurstOOM"
     assert flag(args_of(gw), "--max-num-batched-tokens") == override["value"] < planned
     assert status["history"][-1]["reason"] == "BurstOOM"
+    assert status["history"][-1]["recommended"] is False
     assert any(e.reason == "BurstOOM" for e in gw.events)
     # The plan in status is still the plan: the policy measures its steps against it.
     assert status["pools"][0]["plan"]["engineArgs"]["max_num_batched_tokens"] == planned
@@ -110,16 +175,21 @@ def test_recommend_mode_reports_without_changing_the_pool() -> None:
     ctl.evaluate("default", "llama-8b-chat")
     status = status_of(gw, "llama-8b-chat")
     assert status["overrides"] == []
-    assert status["history"][-1]["message"].startswith("Recommended:")
+    assert status["history"][-1]["recommended"] is True
     assert args_of(gw) == before
 
 
-def test_off_mode_does_nothing() -> None:
+def test_off_mode_changes_nothing_but_reports_the_crash() -> None:
     gw, ctl, _ = setup("off")
     oom_pod(gw, T0 - timedelta(minutes=1))
-    writes = gw.total_writes()
+    before = dict(gw.writes)
     ctl.evaluate("default", "llama-8b-chat")
-    assert gw.total_writes() == writes
+    changed = {k: v - before.get(k, 0) for k, v in gw.writes.items() if v != before.get(k, 0)}
+    # Only status and Events: no apply, no eviction, no pod label.
+    assert set(changed) <= {"status", "event"}, changed
+    status = status_of(gw, "llama-8b-chat")
+    assert status["overrides"] == [] and not [h for h in status["history"] if h.get("field")]
+    assert condition(status, "Degraded")["status"] == "True"
 
 
 def test_without_prometheus_metrics_are_unavailable_and_nothing_metric_driven_happens() -> None:

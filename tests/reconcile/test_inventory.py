@@ -1,6 +1,13 @@
 """GPU nodes are grouped by product label with memory, capacity and schedulability."""
 
-from vllm_operator.reconcile.inventory import gpu_facts, group_gpu_nodes, match_groups
+import pytest
+
+from vllm_operator.reconcile.inventory import (
+    gpu_facts,
+    group_gpu_nodes,
+    match_groups,
+    memory_quantity_mib,
+)
 
 from .nodes import cordoned, cpu_node, gpu_node, not_ready
 
@@ -96,3 +103,24 @@ def test_schedulable_nodes_decide_the_gpus_per_node_while_there_are_any() -> Non
     h100 = groups["NVIDIA-H100-80GB-HBM3"]
     assert h100.hardware_gpus_per_node == 8
     assert h100.planning_gpus_per_node == 4  # pods must fit the node that can take them
+
+
+def test_allocatable_memory_is_the_smallest_over_the_schedulable_gpu_nodes() -> None:
+    groups = group_gpu_nodes(
+        [
+            gpu_node("l4-0", "NVIDIA-L4", 1, host_memory="64Gi"),
+            gpu_node("l4-1", "NVIDIA-L4", 1, host_memory="31457280Ki"),  # 30 GiB
+            gpu_node("l4-2", "NVIDIA-L4", 1, host_memory="8Gi", unschedulable=True),
+            gpu_node("t4-0", "Tesla-T4", 1, host_memory="16Gi", ready=False),
+        ]
+    )
+    assert groups["NVIDIA-L4"].allocatable_memory_mib == 30 * 1024  # cordoned l4-2 ignored
+    assert groups["Tesla-T4"].allocatable_memory_mib == 16 * 1024  # none schedulable: all nodes
+
+
+@pytest.mark.parametrize(
+    ("quantity", "mib"),
+    [("512Gi", 512 * 1024), ("1048576Ki", 1024), ("2G", 1907), ("1073741824", 1024), ("x", None)],
+)
+def test_memory_quantities_parse_to_mib(quantity: str, mib: int | None) -> None:
+    assert memory_quantity_mib(quantity) == mib

@@ -101,10 +101,10 @@ def test_controller_tracks_services_at_their_interval_and_forgets_them() -> None
     ctl.reconcile("default", "llama-8b-chat")
     assert ctl.scheduler.tracked() == {("default", "llama-8b-chat"): 45}
 
-    obj["spec"]["remediation"] = {"mode": "off"}
+    obj["spec"]["remediation"] = {"mode": "off"}  # observed all the same (Degraded), no step
     gw.add(obj)
     ctl.reconcile("default", "llama-8b-chat")
-    assert ctl.scheduler.tracked() == {}
+    assert ctl.scheduler.tracked() == {("default", "llama-8b-chat"): 30}
 
     obj["spec"]["remediation"] = {}
     gw.add(obj)

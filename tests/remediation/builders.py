@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from vllm_operator.api.spec import VLLMServiceSpec
-from vllm_operator.api.status import MemoryBreakdown, PoolPlan
+from vllm_operator.api.status import HostMemory, MemoryBreakdown, PoolPlan
 from vllm_operator.remediation.diagnosis import PodHistory, diagnose
 from vllm_operator.remediation.observations import (
     ContainerTermination,
@@ -32,7 +32,18 @@ def spec(**remediation: Any) -> VLLMServiceSpec:
     )
 
 
-def plan(**args: Any) -> PoolPlan:
+def host_memory(limit_gib: int = 9, *, allocatable_gib: float | None = 64.0) -> HostMemory:
+    """A host-memory plan of `limit_gib`; the nodes' cap is allocatable minus 1 GiB."""
+    return HostMemory(
+        request_gib=limit_gib,
+        limit_gib=limit_gib,
+        planned_gib=limit_gib,
+        node_allocatable_gib=allocatable_gib,
+        max_limit_gib=None if allocatable_gib is None else int(allocatable_gib) - 1,
+    )
+
+
+def plan(*, host: HostMemory | None = None, **args: Any) -> PoolPlan:
     engine_args: dict[str, Any] = {
         "tensor_parallel_size": 1,
         "gpu_memory_utilization": 0.9,
@@ -56,6 +67,7 @@ def plan(**args: Any) -> PoolPlan:
             kv_cache_tokens=28672,
             concurrency_at_p99=3.5,
         ),
+        host_memory=host if host is not None else host_memory(),
     )
 
 

@@ -11,7 +11,7 @@ from vllm_operator.api.status import HistoryEntry, Override, PoolPlan
 from vllm_operator.remediation import ActionKind, Decision, Observations, decide
 from vllm_operator.remediation.decision import ConditionUpdate
 
-from .builders import NOW, POOL, crashed, metrics, observe, plan, pod, spec
+from .builders import NOW, POOL, crashed, host_memory, metrics, observe, plan, pod, spec
 
 KV_OOM_V1 = (
     "ValueError: To serve at least one request with the models's max seq len (16384), "
@@ -166,10 +166,59 @@ CASES = [
         conditions={"Degraded": ("True", "BurstOOM"), "MemoryPressure": ("True", "BurstOOM")},
     ),
     Case(
-        "OOMKilled is host memory: no GPU argument is touched",
+        "OOMKilled raises the host-memory limit, never a GPU argument",
         observe(crashed(reason="OOMKilled"), pod("b")),
-        None,
+        ("setOverride", "host_memory_gib", 9, 13),
+        "HostOOM",
         conditions={"MemoryPressure": ("True", "HostOOM"), "Degraded": ("True", "HostOOM")},
+    ),
+    Case(
+        "OOMKilled again steps on from the override in force",
+        observe(crashed(reason="OOMKilled", ago_s=10)),
+        ("setOverride", "host_memory_gib", 13, 17),
+        "HostOOM",
+        overrides=[over("host_memory_gib", 13, "HostOOM", minutes_ago=30)],
+        history=[hist(30, "HostOOM", field_="host_memory_gib")],
+    ),
+    Case(
+        "OOMKilled with a large limit steps by a quarter",
+        observe(crashed(reason="OOMKilled")),
+        ("setOverride", "host_memory_gib", 40, 50),
+        "HostOOM",
+        plan=plan(host=host_memory(40, allocatable_gib=512)),
+    ),
+    Case(
+        "OOMKilled steps no further than the nodes can allocate",
+        observe(crashed(reason="OOMKilled")),
+        ("setOverride", "host_memory_gib", 9, 11),
+        "HostOOM",
+        plan=plan(host=host_memory(9, allocatable_gib=12)),
+    ),
+    Case(
+        "OOMKilled at the nodes' allocatable memory is TargetUnmet",
+        observe(crashed(reason="OOMKilled")),
+        None,
+        plan=plan(host=host_memory(9, allocatable_gib=10)),
+        conditions={
+            "TargetUnmet": ("True", "TargetUnmet"),
+            "MemoryPressure": ("True", "HostOOM"),
+        },
+    ),
+    Case(
+        "OOMKilled without known allocatable memory stops at twice the plan",
+        observe(crashed(reason="OOMKilled", ago_s=10)),
+        ("setOverride", "host_memory_gib", 16, 18),
+        "HostOOM",
+        plan=plan(host=host_memory(9, allocatable_gib=None)),
+        overrides=[over("host_memory_gib", 16, "HostOOM", minutes_ago=30)],
+        history=[hist(30, "HostOOM", field_="host_memory_gib")],
+    ),
+    Case(
+        "a HostOOM override is kept on a quiet pool (never restored)",
+        observe(pod(), pod("b")),
+        None,
+        overrides=[over("host_memory_gib", 13, "HostOOM", minutes_ago=600)],
+        history=[hist(600, "HostOOM", field_="host_memory_gib")],
     ),
     Case(
         "burst OOM at the batched floor lowers max_num_seqs",
@@ -393,7 +442,8 @@ def test_recommend_mode_only_reports() -> None:
         NOW,
     )
     assert not d.applied and d.evictions == () and d.overrides == ()
-    assert d.actions and d.history[-1].message.startswith("Recommended: ")
+    assert d.actions and d.history[-1].recommended
+    assert not d.history[-1].message.startswith("Recommended")
     assert d.events[0].message.startswith("Recommended: ")
     d = decide(observe(pod(m=SATURATED)), spec(mode="recommend"), [], [], {POOL: plan()}, NOW)
     assert d.overrides == () and d.actions[0].to_value == 18
@@ -468,3 +518,39 @@ def test_effective_args_never_raise_a_newer_lower_plan() -> None:
     assert args.replicas == 3  # apart from the engine arguments
     other = effective_args(planned, overrides, "other-pool")
     assert (other.engine, other.replicas) == (planned, None)
+
+
+def test_host_memory_override_applies_only_above_the_plan() -> None:
+    from vllm_operator.remediation import effective_args
+
+    planned = plan().planned_args()
+    overrides = [over("host_memory_gib", 13, "HostOOM")]
+    raised = effective_args(planned, overrides, POOL, planned_host_memory_gib=9)
+    assert raised.host_memory_gib == 13 and raised.engine == planned  # GPU arguments untouched
+    moot = effective_args(planned, overrides, POOL, planned_host_memory_gib=16)
+    assert moot.host_memory_gib is None  # a newer, larger plan wins
+
+
+def test_invalid_kv_data_is_metrics_invalid_and_no_action() -> None:
+    from vllm_operator.remediation.observations import PodMetrics
+
+    bad = PodMetrics(complete=False, invalid="KV-cache usage 1.5 outside 0-1 (21 of 21 samples)")
+    d = decide(observe(pod(m=bad)), spec(), [], [], {POOL: plan()}, NOW)
+    assert d.actions == ()
+    metrics_cond = {c.type: c for c in d.conditions}["MetricsAvailable"]
+    assert (metrics_cond.status, metrics_cond.reason.value) == ("False", "MetricsInvalid")
+    assert "KV-cache usage 1.5 outside 0-1" in metrics_cond.message
+
+
+def test_unavailable_metrics_keep_their_known_reason() -> None:
+    from vllm_operator.api.reasons import Reason
+
+    obs = Observations(
+        metrics_available=False,
+        metrics_message="vLLM 0.0.1 is not in the version catalog",
+        metrics_unavailable_reason=Reason.UNSUPPORTED_VERSION,
+        pools=observe(pod()).pools,
+    )
+    d = decide(obs, spec(), [], [], {POOL: plan()}, NOW)
+    metrics_cond = {c.type: c for c in d.conditions}["MetricsAvailable"]
+    assert (metrics_cond.status, metrics_cond.reason.value) == ("False", "UnsupportedVersion")

@@ -121,6 +121,10 @@ def _check_within_plan(
             assert o.value >= p99
         if o.field == "replicas":
             assert max_replicas is not None and 1 < o.value <= max_replicas
+        if o.field == "host_memory_gib":  # raised, never above what the nodes can allocate
+            host = plan().host_memory
+            assert host is not None and host.max_limit_gib is not None
+            assert host.limit_gib < o.value <= host.max_limit_gib, o
 
 
 def _shift(obs: Observations, delta: timedelta) -> Observations:

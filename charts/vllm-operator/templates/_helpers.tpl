@@ -87,3 +87,8 @@ real version is checked.
 {{- fail (printf "vllm-operator needs Kubernetes >= 1.27; this cluster runs %s" .Capabilities.KubeVersion.Version) }}
 {{- end }}
 {{- end }}
+
+{{/* The admission webhook's Service name and the DNS name the API server calls. */}}
+{{- define "vllm-operator.webhookService" -}}
+{{- printf "%s-webhook" (include "vllm-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}

@@ -28,6 +28,16 @@ class OverrideField(StrEnum):
     ENABLE_PREFIX_CACHING = "enable_prefix_caching"
     REPLICAS = "replicas"
     """Not an engine argument: the pool's Deployment replicas (scale-out under KV pressure)."""
+    HOST_MEMORY_GIB = "host_memory_gib"
+    """Not an engine argument: the vLLM container's memory request and limit in GiB (raised after
+    an OOMKilled container: host RAM, which no GPU argument can help)."""
+
+
+NON_ENGINE_FIELDS = frozenset({OverrideField.REPLICAS, OverrideField.HOST_MEMORY_GIB})
+"""Override fields that are not vLLM engine arguments (never rendered into argv)."""
+
+RAISED_FIELDS = frozenset({OverrideField.HOST_MEMORY_GIB})
+"""Fields remediation only ever raises: an override below a (new, higher) plan is moot."""
 
 
 LOWERED_FIELDS = frozenset(
@@ -75,20 +85,20 @@ class PlannedArgs(BaseModel):
         return cls.model_validate({k: v for k, v in wire.items() if k in cls.model_fields})
 
     def value(self, field: OverrideField) -> EngineArgValue:
-        """The planned value of an overridable engine field (REPLICAS is not one)."""
-        if field == OverrideField.REPLICAS:
-            raise ValueError("replicas is not an engine argument")
+        """The planned value of an overridable engine field (REPLICAS, HOST_MEMORY_GIB are not)."""
+        if field in NON_ENGINE_FIELDS:
+            raise ValueError(f"{field.value} is not an engine argument")
         result: EngineArgValue = getattr(self, field.value)
         return result
 
     def with_values(self, values: Mapping[OverrideField, Any]) -> PlannedArgs:
         """A copy with engine fields replaced, validated (an override of the wrong type fails)."""
-        update = {f.value: v for f, v in values.items() if f != OverrideField.REPLICAS}
+        update = {f.value: v for f, v in values.items() if f not in NON_ENGINE_FIELDS}
         return PlannedArgs.model_validate({**self.model_dump(), **update})
 
 
 def _value_type(field: OverrideField) -> TypeAdapter[Any]:
-    if field == OverrideField.REPLICAS:
+    if field in NON_ENGINE_FIELDS:
         return TypeAdapter(int)
     annotation = PlannedArgs.model_fields[field.value].annotation
     assert annotation is not None
@@ -106,6 +116,8 @@ def override_value(field: OverrideField, raw: Any) -> EngineArgValue:
 
 __all__ = [
     "LOWERED_FIELDS",
+    "NON_ENGINE_FIELDS",
+    "RAISED_FIELDS",
     "EngineArgValue",
     "OverrideField",
     "PlannedArgs",

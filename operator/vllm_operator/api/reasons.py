@@ -80,7 +80,38 @@ class Reason(StrEnum):
         "controller.",
     )
     AS_EXPECTED = "AsExpected", "Nothing is degraded."
-    CRASHING = "Crashing", "Pods crash for a reason the classifier does not remediate."
+    # Degraded reasons of a crashing or stalled pool, one per diagnosis class (docs/operations.md,
+    # "Diagnosis"); StartupOOM, RuntimeOOM and HostOOM below are Degraded reasons too.
+    STARTUP_KV_INSUFFICIENT = (
+        "StartupKVInsufficient",
+        "Degraded: a pod stopped at startup because its KV cache cannot hold one request of "
+        "max_model_len (class startup-kv-insufficient); the message quotes vLLM's numbers.",
+    )
+    STARTUP_FREE_MEMORY = (
+        "StartupFreeMemory",
+        "Degraded: a pod stopped at startup because another process holds GPU memory (class "
+        "startup-free-memory); the message quotes free vs requested GiB.",
+    )
+    RUNTIME_OOM = (
+        "RuntimeOOM",
+        "Degraded: a pod ran out of GPU memory while serving (class runtime-cuda-oom); the "
+        "remediation step is recorded as BurstOOM.",
+    )
+    UNRECOGNIZED_ARGUMENTS = (
+        "UnrecognizedArguments",
+        "Degraded: vLLM refused the rendered command line (class unrecognized-arguments): the "
+        "image does not match spec.vllm.version.",
+    )
+    CRASHING = (
+        "Crashing",
+        "Degraded: pods crash or crash-loop for a reason that is not a memory problem (class "
+        "other: NCCL, illegal memory access, missing or gated model, ...; or unknown).",
+    )
+    STARTUP_STALLED = (
+        "StartupStalled",
+        "Degraded: a pod has run past its predicted startup budget without becoming Ready or "
+        "crashing (weights over the load bandwidth + profiling + graph capture).",
+    )
     NAME_CONFLICT = (
         "NameConflict",
         "An object with a derived name exists and is not owned by this VLLMService: it is left "
@@ -108,7 +139,11 @@ class Reason(StrEnum):
     )
 
     # MemoryPressure and remediation steps (overrides, history, Events)
-    STARTUP_OOM = "StartupOOM", "vLLM ran out of GPU memory while starting (profiling, graphs)."
+    STARTUP_OOM = (
+        "StartupOOM",
+        "vLLM ran out of GPU memory while starting (loading, profiling, graph capture; class "
+        "startup-cuda-oom).",
+    )
     BURST_OOM = "BurstOOM", "vLLM ran out of GPU memory under load after it had started."
     HOST_OOM = "HostOOM", "The container was OOMKilled: host (CPU) memory, not GPU memory."
     CHRONIC_FRAGMENTATION = (
@@ -131,6 +166,11 @@ class Reason(StrEnum):
     METRICS_OK = "MetricsOK", "Fresh vLLM metrics for every pool."
     METRICS_UNAVAILABLE = "MetricsUnavailable", "No Prometheus, or no fresh vLLM series at all."
     METRICS_INCOMPLETE = "MetricsIncomplete", "Missing or stale series for some pools."
+    METRICS_INVALID = (
+        "MetricsInvalid",
+        "vLLM reported values out of range (KV-cache usage below 0 or above 1): no metric-driven "
+        "action on those pools.",
+    )
 
     # Remediation decisions that change nothing
     REMEDIATION_OFF = "RemediationOff", "spec.remediation.mode is off."

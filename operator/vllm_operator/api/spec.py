@@ -684,7 +684,8 @@ class RemediationSpec(ApiModel):
     mode: RemediationMode = Field(
         default=RemediationMode.AUTO,
         description="auto applies bounded, reversible changes; recommend only writes status and "
-        "Events; off does nothing. Defaults to auto.",
+        "Events; off changes nothing (pods are still observed, so Degraded reports crashes). "
+        "Defaults to auto.",
     )
     evaluation_interval_seconds: int = Field(
         default=30,

@@ -41,6 +41,56 @@ class MemoryBreakdown(ApiModel):
     )
 
 
+class HostMemoryComponent(ApiModel):
+    """One part of a replica's host (CPU) memory plan."""
+
+    name: str = Field(
+        description="weightStaging, swapSpace, cpuOffload, kvOffload, sharedMemory, apiServer, "
+        "workers, engineCore or margin."
+    )
+    gib: float = Field(ge=0, description="GiB (2^30 bytes).")
+    reason: str = Field(default="", description="Why this much (the vLLM behaviour it models).")
+
+
+class HostMemory(ApiModel):
+    """Host (CPU) memory of one replica: the vLLM container's memory request and limit.
+
+    An OOMKilled container ran out of this, never of GPU memory (remediation raises the limit).
+    """
+
+    request_gib: int = Field(alias="requestGiB", ge=1, description="Rendered memory request.")
+    limit_gib: int = Field(
+        alias="limitGiB",
+        ge=1,
+        description="Rendered memory limit (equal to the request): the plan, clamped to what the "
+        "pool's nodes can allocate. A HostOOM override in status.overrides raises what is "
+        "rendered above this.",
+    )
+    planned_gib: int = Field(
+        alias="plannedGiB", ge=1, description="The sum of the components, rounded up."
+    )
+    components: list[HostMemoryComponent] = Field(
+        default_factory=list, description="What the plan counts, with a reason each."
+    )
+    node_allocatable_gib: float | None = Field(
+        default=None,
+        alias="nodeAllocatableGiB",
+        description="Smallest allocatable memory of the pool's nodes (absent: unknown).",
+    )
+    max_limit_gib: int | None = Field(
+        default=None,
+        alias="maxLimitGiB",
+        description="The largest limit the pool's nodes can honour (allocatable minus a reserve); "
+        "HostOOM steps stop here.",
+    )
+    clamped: bool = Field(
+        default=False,
+        description="True when the nodes' allocatable memory is below the plan: the limit is "
+        "clamped and loading may be OOMKilled.",
+    )
+    note: str | None = Field(default=None, description="The risk, when clamped.")
+
+
 class PoolPlan(ApiModel):
     """The engine arguments chosen for one GPU pool and why."""
 
@@ -51,6 +101,9 @@ class PoolPlan(ApiModel):
         json_schema_extra={"additionalProperties": {"x-kubernetes-preserve-unknown-fields": True}},
     )
     memory: MemoryBreakdown | None = Field(default=None, description="Expected memory per GPU.")
+    host_memory: HostMemory | None = Field(
+        default=None, description="Host (CPU) memory of one replica: its request and limit."
+    )
     reasons: list[str] = Field(default_factory=list, description="Why each value was chosen.")
     hash: str | None = Field(default=None, description="Hash of the rendered plan.")
 
@@ -88,6 +141,28 @@ class ObservedCapacity(ApiModel):
     )
 
 
+class PoolFailure(ApiModel):
+    """Why a pool's pods do not run clean: the crash the classifier read, or a stalled startup.
+
+    Set by the run-time evaluation and kept until the pool runs clean again (every desired
+    replica Ready, none crash-looping, no termination since); the reconcile folds it into
+    Degraded, so Degraded stays True while a pool crashes even after a remediation step.
+    """
+
+    reason: str = Field(description="Degraded reason: StartupOOM, RuntimeOOM, HostOOM, ...")
+    failure_class: str | None = Field(
+        default=None,
+        description="Diagnosis class (startup-cuda-oom, host-oom, other, ...); none for a stall.",
+    )
+    pod: str = Field(description="The pod whose failure is reported (the newest).")
+    message: str = Field(description="Pool, pod, class and the numbers the classifier read.")
+    since: datetime = Field(description="When the pool was first found failing.")
+    last_termination: datetime | None = Field(
+        default=None,
+        description="finishedAt of the newest termination read (newer is a new crash).",
+    )
+
+
 class PoolStatus(ApiModel):
     """One Deployment serving the model on one GPU type."""
 
@@ -101,6 +176,9 @@ class PoolStatus(ApiModel):
     observed: ObservedCapacity | None = Field(
         default=None, description="The engine's own KV-cache capacity and its deviation from plan."
     )
+    failure: PoolFailure | None = Field(
+        default=None, description="Why the pool's pods crash or stall; absent when they run clean."
+    )
 
 
 class Override(ApiModel):
@@ -108,7 +186,8 @@ class Override(ApiModel):
 
     pool: str = Field(description="GPU type of the pool the override applies to.")
     field: OverrideField = Field(
-        description="vLLM engine field that is overridden, or replicas (scale-out)."
+        description="vLLM engine field that is overridden, replicas (scale-out) or "
+        "host_memory_gib (the container's memory request and limit, after OOMKilled)."
     )
     value: Any = Field(
         description="The value in force.",
@@ -138,6 +217,11 @@ class HistoryEntry(ApiModel):
     )
     reason: str = Field(description="CamelCase reason of the step.")
     message: str = Field(default="", description="Human-readable explanation.")
+    recommended: bool = Field(
+        default=False,
+        description="True when the step was only recommended (remediation mode recommend): "
+        "nothing changed.",
+    )
 
 
 class VLLMServiceStatus(ApiModel):

@@ -47,6 +47,41 @@ import click
     help="Roll a pool's pods for a new plan only after the spec has kept its generation this "
     "long, so a burst of edits restarts the pods once (0: roll every intermediate spec).",
 )
+@click.option(
+    "--webhook-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve the admission fit check (HTTPS) on this port; off without it.",
+)
+@click.option(
+    "--webhook-address",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address the webhook listens on.",
+)
+@click.option(
+    "--webhook-host",
+    "webhook_hosts",
+    multiple=True,
+    help="Name the API server calls the webhook by (e.g. <service>.<namespace>.svc, 127.0.0.1); "
+    "repeatable; the operator-managed certificate covers each.",
+)
+@click.option(
+    "--webhook-cert", default=None, help="Serving certificate file (e.g. cert-manager's)."
+)
+@click.option("--webhook-key", default=None, help="Private key file of --webhook-cert.")
+@click.option(
+    "--webhook-secret",
+    default=None,
+    metavar="NAMESPACE/NAME",
+    help="Without --webhook-cert: the Secret keeping the operator-managed CA (created, renewed).",
+)
+@click.option(
+    "--webhook-configuration",
+    default=None,
+    help="Without --webhook-cert: the ValidatingWebhookConfiguration whose caBundle the "
+    "operator keeps in step with its CA.",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -58,20 +93,50 @@ def run(
     gpu_memory_metric: str,
     read_token_secrets: bool,
     settle_seconds: float,
+    webhook_port: int | None,
+    webhook_address: str,
+    webhook_hosts: tuple[str, ...],
+    webhook_cert: str | None,
+    webhook_key: str | None,
+    webhook_secret: str | None,
+    webhook_configuration: str | None,
     verbose: bool,
 ) -> None:
     """Run the operator: reconcile VLLMServices into per-GPU-type vLLM Deployments."""
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces are mutually exclusive")
+    if bool(webhook_cert) != bool(webhook_key):
+        raise click.UsageError("--webhook-cert and --webhook-key go together")
+    secret: tuple[str, str] | None = None
+    if webhook_secret:
+        namespace, _, name = webhook_secret.partition("/")
+        if not namespace or not name:
+            raise click.UsageError("--webhook-secret is NAMESPACE/NAME")
+        secret = (namespace, name)
     # Kopf logs every handler success at INFO; keep the operator's own lines readable.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # One access-log line per admission request (aiohttp, under Kopf's webhook server) would
+    # drown the operator's own lines; the admission metrics count them instead.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
     )
     # Imported here: kopf and the kubernetes client are only needed by this command.
-    from vllm_operator.handlers.main import run_operator
+    from vllm_operator.handlers.main import WebhookOptions, run_operator
+
+    webhook = None
+    if webhook_port is not None:
+        webhook = WebhookOptions(
+            port=webhook_port,
+            address=webhook_address,
+            hostnames=webhook_hosts,
+            certfile=webhook_cert,
+            keyfile=webhook_key,
+            secret=secret,
+            configuration=webhook_configuration,
+        )
 
     run_operator(
         namespaces=list(namespaces),
@@ -82,4 +147,5 @@ def run(
         gpu_memory_metric=gpu_memory_metric,
         read_token_secrets=read_token_secrets,
         settle_seconds=settle_seconds,
+        webhook=webhook,
     )

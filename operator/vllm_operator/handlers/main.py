@@ -1,6 +1,9 @@
 """Wire the real gateways to the controller and start Kopf."""
 
 import logging
+import threading
+import time
+from dataclasses import dataclass
 
 import kopf
 from prometheus_client import start_http_server
@@ -9,6 +12,7 @@ from vllm_operator.handlers import registrations
 from vllm_operator.hub.resolver import HubArchitectureResolver, NoTokenSecrets, SecretReader
 from vllm_operator.kube.cache import CachedGateway, WatchCache
 from vllm_operator.kube.client import ApiGateway, connection_info, in_cluster, load_config
+from vllm_operator.kube.webhook_tls import WebhookCertificates
 from vllm_operator.metrics.operator_metrics import REGISTRY
 from vllm_operator.metrics.signals import (
     BYTES_TO_GIB,
@@ -21,6 +25,68 @@ from vllm_operator.reconcile.writes import CountingGateway
 
 log = logging.getLogger(__name__)
 
+# How often Kopf's webhook server re-reads the certificate files (cert-manager or ours renewed),
+# and how often the operator-managed CA is checked for renewal and its bundle re-patched.
+CERT_FILE_CHECK_SECONDS = 10.0
+CERT_RENEW_CHECK_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class WebhookOptions:
+    """`run --webhook-*`: where the admission webhook listens and where its TLS comes from."""
+
+    port: int
+    address: str = "0.0.0.0"
+    hostnames: tuple[str, ...] = ()
+    certfile: str | None = None
+    keyfile: str | None = None
+    secret: tuple[str, str] | None = None
+    configuration: str | None = None
+
+
+def webhook_server(options: WebhookOptions, api_client: object) -> kopf.WebhookServer:
+    """Kopf's HTTPS server with cert-manager's files, or with the operator-managed CA (renewed
+    in a background thread, its bundle patched into the webhook configuration)."""
+    host = options.hostnames[0] if options.hostnames else None
+    if options.certfile and options.keyfile:
+        return kopf.WebhookServer(
+            addr=options.address,
+            port=options.port,
+            host=host,
+            certfile=options.certfile,
+            pkeyfile=options.keyfile,
+            file_check_interval=CERT_FILE_CHECK_SECONDS,
+        )
+    certs = WebhookCertificates(
+        api_client,
+        hostnames=list(options.hostnames) or ["localhost"],
+        secret=options.secret,
+        configuration=options.configuration,
+    )
+    certs.ensure()  # before Kopf starts: the server reads the files once it starts
+    threading.Thread(
+        target=_renew_forever, args=(certs,), name="webhook-certificates", daemon=True
+    ).start()
+    return kopf.WebhookServer(
+        addr=options.address,
+        port=options.port,
+        host=host,
+        certfile=str(certs.certfile),
+        pkeyfile=str(certs.keyfile),
+        cafile=str(certs.bundlefile),
+        file_check_interval=CERT_FILE_CHECK_SECONDS,
+    )
+
+
+def _renew_forever(certs: WebhookCertificates) -> None:
+    """The daemon thread's loop: it ends with the process."""
+    while True:
+        time.sleep(CERT_RENEW_CHECK_SECONDS)
+        try:
+            certs.ensure()
+        except Exception as exc:  # retried next round; the current certificate stays served
+            log.warning("Failed to renew the webhook certificates error=%s", exc)
+
 
 def run_operator(
     *,
@@ -32,6 +98,7 @@ def run_operator(
     gpu_memory_metric: str = "dcgm",
     read_token_secrets: bool = True,
     settle_seconds: float = 0.0,
+    webhook: WebhookOptions | None = None,
 ) -> None:
     """Block running the operator until it is stopped."""
     api_client = load_config(kubeconfig)
@@ -55,6 +122,11 @@ def run_operator(
             metric = DCGM_FB_USED if gpu_memory_metric == "dcgm" else None
             signals = PrometheusSignals(prometheus_url, gpu_memory_metric=metric)
         log.info("Reading signals from Prometheus url=%s", prometheus_url)
+    server = None
+    if webhook is not None:
+        server = webhook_server(webhook, api_client)
+        registrations.register_admission()
+        log.info("Serving the admission webhook address=%s port=%s", webhook.address, webhook.port)
     memo = registrations.operator_memo(
         Controller(
             gateway,
@@ -66,6 +138,7 @@ def run_operator(
         connection=connection_info(api_client),
         in_cluster=in_cluster(),
         cache=cache,
+        webhook_server=server,
     )
     start_http_server(metrics_port, registry=REGISTRY)
     log.info("Started metrics endpoint port=%s", metrics_port)

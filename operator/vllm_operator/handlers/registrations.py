@@ -7,6 +7,8 @@ per-handler Events are turned off: the controller emits Events for its decisions
 reconcile with nothing to change writes nothing.
 """
 
+import asyncio
+import concurrent.futures
 import logging
 import threading
 from typing import Any
@@ -31,21 +33,31 @@ API_ERROR_BACKOFFS = (0.5, 1.0, 1.0) + (2.0,) * 900
 WATCH_CONNECT_TIMEOUT = 5.0
 
 
+# The admission handler's id: Kopf serves it at https://<host>:<port>/<id>, the path the
+# ValidatingWebhookConfiguration (chart, e2e) calls.
+ADMISSION_HANDLER_ID = "validate-vllmservice"
+
+
 def operator_memo(
     controller: Controller,
     connection: dict[str, Any] | None = None,
     in_cluster: bool = False,
+    webhook_server: kopf.WebhookServer | None = None,
     cache: WatchCache | None = None,
 ) -> kopf.Memo:
     """What every handler receives as `memo` (passed to `kopf.run(memo=...)`).
 
     Kopf hands each handler a shallow copy, so the controller is shared; no module-level state.
+    Admission reviews run on two threads of their own, so they never queue behind reconciles in
+    Kopf's handler pool.
     """
     return kopf.Memo(
         controller=controller,
         connection=connection,
         in_cluster=in_cluster,
         scheduler_stop=threading.Event(),
+        webhook_server=webhook_server,
+        admission_pool=concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="webhook"),
         cache=cache,
     )
 
@@ -148,7 +160,7 @@ def login(memo: kopf.Memo, **kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
@@ -163,6 +175,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = WATCH_CONNECT_TIMEOUT
     settings.networking.error_backoffs = API_ERROR_BACKOFFS
+    # The webhook configuration is the chart's (failurePolicy, selectors, timeout); Kopf's
+    # managed mode would rewrite those and delete it on exit, so it stays off.
+    settings.admission.server = memo.get("webhook_server")
+    settings.admission.managed = None
 
 
 @kopf.on.startup()
@@ -232,3 +248,54 @@ def on_node(memo: kopf.Memo, body: kopf.Body, type: str | None, **_: Any) -> Non
             _reconcile(memo, *key)
         except kopf.TemporaryError:
             logging.getLogger(__name__).info("Deferred reconcile of service=%s/%s", *key)
+
+
+async def validate_service(
+    memo: kopf.Memo,
+    body: kopf.Body,
+    warnings: list[str],
+    **kwargs: Any,
+) -> None:
+    """Translate the controller's admission verdict: warnings to the client, a denial as an
+    AdmissionError (HTTP 403 with the planner's message). Kopf passes `old` on updates."""
+    old = kwargs.get("old")
+    loop = asyncio.get_running_loop()
+    verdict = await loop.run_in_executor(
+        memo["admission_pool"],
+        _controller(memo).review_admission,
+        dict(body),
+        dict(old) if old is not None else None,
+    )
+    warnings.extend(verdict.warnings)
+    if not verdict.allowed:
+        meta = body.get("metadata") or {}
+        logging.getLogger(__name__).info(
+            "Denied admission service=%s/%s reason=%s",
+            meta.get("namespace", ""),
+            meta.get("name", ""),
+            verdict.reason,
+        )
+        raise kopf.AdmissionError(verdict.message, code=403)
+
+
+class _AdmissionDenialFilter(logging.Filter):
+    """Kopf logs every AdmissionError as an ERROR "failed permanently"; a denial is the webhook
+    working, not an operator error (the line above and the admission metrics record it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(f"Webhook {ADMISSION_HANDLER_ID!r} failed")
+
+
+def register_admission() -> None:
+    """Serve the fit check (`run --webhook-port`); without a webhook server it is not registered,
+    since Kopf refuses to start with admission handlers and no server."""
+    logging.getLogger("kopf.objects").addFilter(_AdmissionDenialFilter())
+    kopf.on.validate(
+        GROUP,
+        VERSION,
+        PLURAL,
+        id=ADMISSION_HANDLER_ID,
+        operations=["CREATE", "UPDATE"],
+        side_effects=False,
+        persistent=True,
+    )(validate_service)

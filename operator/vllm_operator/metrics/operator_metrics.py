@@ -90,3 +90,23 @@ REMEDIATIONS = Counter(
     ["action", "mode"],
     registry=REGISTRY,
 )
+
+ADMISSIONS = Counter(
+    "vllm_operator_admission_reviews",
+    "Admission reviews of VLLMServices by outcome (allowed, warned, denied, error).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+ADMISSION_SECONDS = Histogram(
+    "vllm_operator_admission_duration_seconds",
+    "Wall time of one admission review in the operator (validation, inventory, planner).",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+    registry=REGISTRY,
+)
+ADMISSION_INVENTORY = Counter(
+    "vllm_operator_admission_inventory_reads",
+    "GPU inventories admission reviews used, by source: cache (no API call) or api (the "
+    "node cache had expired and the review listed the nodes).",
+    ["source"],
+    registry=REGISTRY,
+)

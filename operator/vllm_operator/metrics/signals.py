@@ -20,6 +20,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vllm_operator.api.reasons import Reason
+from vllm_operator.catalog.vllm.errors import UnknownVersionError
 from vllm_operator.metrics.names import VllmMetricNames, metric_names
 from vllm_operator.remediation.observations import PodMetrics, Sample
 from vllm_operator.remediation.signals import covers
@@ -59,6 +61,11 @@ class ServiceMetrics(BaseModel):
 
     available: bool
     message: str = ""
+    reason: Reason | None = Field(
+        default=None,
+        description="Why metrics are unavailable when the cause is known (UnsupportedVersion: no "
+        "metric names for the version); None otherwise.",
+    )
     pods: dict[str, PodMetrics] = Field(default_factory=dict)
     queries: tuple[str, ...] = Field(default=(), description="The PromQL issued, for debugging.")
 
@@ -139,7 +146,18 @@ class PrometheusSignals:
         pod_names = sorted(set(pods))
         if not pod_names:
             return ServiceMetrics(available=True, message="no pods to observe")
-        names = self._names(vllm_version)
+        try:
+            names = self._names(vllm_version)
+        except UnknownVersionError as exc:
+            # Without the version's catalog entry the metric names are unknown: say so instead of
+            # failing the evaluation (no metric-driven action, crash handling still runs).
+            log.warning("Skipped metrics version=%s error=%r", vllm_version, str(exc)[:200])
+            return ServiceMetrics(
+                available=False,
+                reason=Reason.UNSUPPORTED_VERSION,
+                message=f"vLLM {vllm_version} is not in the version catalog: its metric names "
+                f"are unknown, no metric-driven action ({exc})",
+            )
         sel = _selector(namespace, pod_names, self._ns_label, self._pod_label)
         by = f"{self._ns_label}, {self._pod_label}"
         queries: dict[str, str] = {}
@@ -197,14 +215,16 @@ class PrometheusSignals:
         out: dict[str, PodMetrics] = {}
         seen_any = False
         for pod in pod_names:
-            kv = ranges.get("kv", {}).get(pod, [])
+            kv, invalid = _valid_fractions(ranges.get("kv", {}).get(pod, []), "KV-cache usage")
             running = ranges.get("running", {}).get(pod, [])
             waiting = ranges.get("waiting", {}).get(pod, [])
             gpu = ranges.get("gpu", {}).get(pod)
             if kv or running or waiting:
                 seen_any = True
-            complete = all(covers(s, now, window_s) for s in (kv, running, waiting)) and bool(
-                names.kv_usage
+            complete = (
+                all(covers(s, now, window_s) for s in (kv, running, waiting))
+                and bool(names.kv_usage)
+                and invalid is None
             )
             out[pod] = PodMetrics(
                 complete=complete,
@@ -212,9 +232,10 @@ class PrometheusSignals:
                 requests_running=running,
                 requests_waiting=waiting,
                 preemptions_per_minute=scalars.get("preemptions", {}).get(pod),
-                prefix_cache_hit_rate=_clamp01(scalars.get("hit_rate", {}).get(pod)),
+                prefix_cache_hit_rate=_hit_rate(scalars.get("hit_rate", {}).get(pod)),
                 kv_cache_tokens=capacity.get(pod),
                 gpu_memory_used_gib=gpu if gpu else None,
+                invalid=invalid,
             )
         all_queries = tuple([*queries.values(), *instant.values()])
         if not seen_any:
@@ -225,12 +246,14 @@ class PrometheusSignals:
                 pods=out,
                 queries=all_queries,
             )
-        partial = [p for p, m in out.items() if not m.complete]
-        message = (
-            f"series missing or stale for {', '.join(partial)}"
-            if partial
-            else f"vLLM {names.version} metrics fresh"
-        )
+        partial = [p for p, m in out.items() if not m.complete and m.invalid is None]
+        rejected = [f"{p}: {m.invalid}" for p, m in out.items() if m.invalid is not None]
+        notes = []
+        if rejected:
+            notes.append("invalid data, " + "; ".join(rejected))
+        if partial:
+            notes.append(f"series missing or stale for {', '.join(partial)}")
+        message = "; ".join(notes) if notes else f"vLLM {names.version} metrics fresh"
         return ServiceMetrics(available=True, message=message, pods=out, queries=all_queries)
 
     def _range_by_pod(self, result: Any, label: str) -> dict[str, list[Sample]]:
@@ -280,8 +303,29 @@ def _int_label(labels: Mapping[str, str], key: str) -> int | None:
         return None  # absent, or "None" before profiling finished
 
 
-def _clamp01(value: float | None) -> float | None:
-    return None if value is None else min(1.0, max(0.0, value))
+FRACTION_TOLERANCE = 1e-6
+"""Rounding slack on values that are fractions (KV usage, hit rates)."""
+
+
+def _valid_fractions(samples: list[Sample], what: str) -> tuple[list[Sample], str | None]:
+    """The samples within 0-1, and why others were rejected (None: all valid).
+
+    A usage below 0 or above 1 is impossible: the exporter or the engine is broken, so the whole
+    series is distrusted (the pod counts as incomplete), never clamped into a plausible value.
+    """
+    bad = [s.v for s in samples if not -FRACTION_TOLERANCE <= s.v <= 1 + FRACTION_TOLERANCE]
+    if not bad:
+        return [s.model_copy(update={"v": min(1.0, max(0.0, s.v))}) for s in samples], None
+    worst = max(bad, key=lambda v: abs(v - 0.5))
+    return [], f"{what} {worst:g} outside 0-1 ({len(bad)} of {len(samples)} samples)"
+
+
+def _hit_rate(value: float | None) -> float | None:
+    """A prefix-cache hit rate, or None: V0's gauge reports -1 when prefix caching is off, and a
+    value outside 0-1 is not a rate (no PrefixCacheWaste step is taken on it)."""
+    if value is None or not -FRACTION_TOLERANCE <= value <= 1 + FRACTION_TOLERANCE:
+        return None
+    return min(1.0, max(0.0, value))
 
 
 def _connect(url: str, timeout_s: float) -> PrometheusQueries:

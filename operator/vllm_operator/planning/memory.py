@@ -66,6 +66,30 @@ NON_TORCH_TP_GIB_SM90 = 1.95  # TP > 1 on sm90+ from 0.12 (1.82-1.96 seen at 0.1
 CUDA_GRAPH_BASE_GIB = 0.05
 CUDA_GRAPH_PER_LAYER_GIB = 0.021  # 0.55-1.70 GiB for 24-80 layers with 512 capture sizes
 CUDA_GRAPH_TP_GIB = 0.30
+# From 0.18 the KV budget loses vLLM's own *estimate* of the graphs: a dummy capture of the
+# largest sizes against a small KV cache (PR #30515, gpu_model_runner.profile_cudagraph_memory,
+# logged as 'Estimated CUDA graph memory: X GiB total'; gpu_worker.determine_available_memory
+# subtracts it when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, default on from 0.20). Fitted on the
+# 23 estimates of the llm-d v0.19.0 campaign (rows 18-40 of the calibration set, H100, capture
+# sizes up to 512): fixed + per (layer x hidden) + per (layer x MLP width / TP), less with TP > 1
+# (the residual stream stays whole, the MLP and attention buffers shrink). Dense rows within
+# -10 %..+18 % of the logged estimate (the layer-count-only rule: -41 %..+47 %).
+CUDA_GRAPH_EST_FIXED_GIB = 0.63
+CUDA_GRAPH_EST_PER_LAYER_HIDDEN_GIB = 0.164e-5  # x layers x hidden
+CUDA_GRAPH_EST_PER_LAYER_MLP_GIB = 0.0447e-6  # x layers x MLP width / TP
+CUDA_GRAPH_EST_TP_GIB = -0.11
+# From 0.20 the graphs' estimate is inside the budget, but vLLM still allocates after the KV cache
+# outside it: the real capture runs against the full KV pool (the estimate was profiled against a
+# minimal one), plus the sampler warm-up and NCCL / custom all-reduce buffers per peer. Only the
+# (1 - util) x total slack holds them. Logged failures: a 22.36 GiB card at util 0.98 (0.45 GiB
+# slack) OOMs in graph capture and boots at 0.97 (0.67 GiB; vllm#57475, vLLM 0.29); gpt-oss-120b
+# TP8 on 31.38 GiB cards at 0.95 (1.57 GiB slack) ends 1.37 GiB over its budget and fails
+# (vllm#51590 comment, vLLM 0.28). Warned, not refused: the slope per TP peer rests on one log.
+POST_KV_SLACK_GIB = 0.50
+POST_KV_SLACK_PER_TP_PEER_GIB = 0.17
+# Part of the estimate that does not shrink with the capture size: a capture of size 1 still
+# logs 0.36-0.43 GiB (vLLM 0.20 / 0.2x logs in docs/planning-model.md).
+CUDA_GRAPH_EST_FLOOR_GIB = 0.30
 
 
 class EngineArgs(BaseModel):
@@ -154,6 +178,11 @@ class MemoryEstimate(BaseModel):
     max_concurrency: float
     fits: bool
     reasons: list[str]
+    startup_warnings: list[str] = Field(
+        default_factory=list,
+        description="Predicted failures after the KV cache is allocated (graph capture, "
+        "sampler warm-up): the KV figure stands, but vLLM may stop before serving.",
+    )
 
 
 # ------------------------------------------------------------------------------------ weights
@@ -244,12 +273,16 @@ def mxfp4_padded_dims(
     and its Hopper MX value layout (mxfp4_utils._swizzle_mxfp4) holds hidden at a multiple of 256:
     measured, gpt-oss-120b logs 64.38 GiB with the Triton backend at 0.14.1 (vllm#33155), which
     the unpadded shape under-counts by 5.6 %. gpt-oss has hidden 2880: padding adds 6.7 %.
+    TRT-LLM is chosen on sm100 only (`is_device_capability(100)`; `capability.major == 10` in
+    later releases) and the Triton kernels for (9, 0) <= capability < (11, 0)
+    (mxfp4.py `_auto_select_mxfp4_backend`): sm12x (RTX PRO / RTX 50xx, GB10) takes the Marlin
+    fallback.
     """
     hidden = arch.hidden_size
     inter = (arch.moe_intermediate_size or arch.intermediate_size) // tp
     major = compute_capability[0] if compute_capability is not None else 0
     triton = optional_kernels or (version is not None and version.at_least("0.12.0"))
-    if major >= 10:
+    if major == 10:
         return _round_up(hidden, 256), _round_up(
             inter, 128 if version is not None and version.at_least("0.33.0") else 256
         )
@@ -388,14 +421,65 @@ def non_torch_gib(sem: MemorySemantics, args: ResolvedArgs, sm: tuple[int, int] 
     return base
 
 
+def post_kv_slack_gib(tp: int) -> float:
+    """Memory vLLM 0.20+ allocates after the KV cache, outside its budget (POST_KV_SLACK_*)."""
+    return POST_KV_SLACK_GIB + POST_KV_SLACK_PER_TP_PEER_GIB * (tp - 1)
+
+
+def cuda_graph_capture_size(args: ResolvedArgs) -> int:
+    """Largest captured batch: min(2 x max_num_seqs, 512), vLLM's default
+    max_cudagraph_capture_size (config/compilation.py, 0.11.2+; 512 sizes before)."""
+    return min(512, 2 * args.max_num_seqs)
+
+
+def moe_graph_bytes(arch: Architecture, args: ResolvedArgs, layers: int) -> float:
+    """MoE buffers a captured graph keeps: per MoE layer, the fused-MoE intermediate caches of
+    the largest capture size expanded by top-k (fused_moe.py intermediate_cache1/2/3: tokens x
+    top_k x (2 x I/TP + I/TP + hidden)). The graph's private pool cannot reuse them across layers,
+    so they add up with the layer count; this is why MoE (and MLA MoE) models use 2-3x the graph
+    memory of a dense model of the same depth (issue #15). Reproduces Kimi-VL-A3B (27 layers, 64
+    experts top-6, TP2: 1.26 GiB estimated by vLLM 0.19, row 30) to 1 %."""
+    if not arch.is_moe:
+        return 0.0
+    moe_layers = max(0, layers - (arch.first_k_dense_replace or 0))
+    moe_inter = arch.moe_intermediate_size or arch.intermediate_size
+    top_k = arch.num_experts_per_tok or 2
+    width = top_k * (3 * moe_inter / args.tensor_parallel_size + arch.hidden_size)
+    return moe_layers * cuda_graph_capture_size(args) * width * dtype_bytes(args.dtype)
+
+
 def cuda_graph_gib(arch: Architecture, args: ResolvedArgs, layers: int) -> float:
-    """Memory of the captured CUDA graphs (0 with enforce_eager)."""
+    """Memory of the captured CUDA graphs (0 with enforce_eager), as a function of architecture
+    (layers, hidden, MLP width, MoE top-k x expert width), TP and version.
+
+    Before 0.18 the graphs are measured only after the KV cache exists (actual capture): the
+    layer-count rule fitted on those logs. From 0.18 the figure that matters is vLLM's own
+    estimate, which the KV budget loses from 0.20 (see CUDA_GRAPH_EST_*).
+    """
     if args.enforce_eager:
         return 0.0
-    capture = min(512, 2 * args.max_num_seqs)
+    capture = cuda_graph_capture_size(args)
     scale = min(1.0, max(0.25, capture / 512))
-    tp_extra = CUDA_GRAPH_TP_GIB if args.tensor_parallel_size > 1 else 0.0
-    return CUDA_GRAPH_BASE_GIB + CUDA_GRAPH_PER_LAYER_GIB * layers * scale + tp_extra
+    moe = moe_graph_bytes(arch, args, layers) / GIB
+    tp = args.tensor_parallel_size
+    if not VllmVersion.parse(args.vllm_version).at_least("0.18.0"):
+        tp_extra = CUDA_GRAPH_TP_GIB if tp > 1 else 0.0
+        return CUDA_GRAPH_BASE_GIB + CUDA_GRAPH_PER_LAYER_GIB * layers * scale + tp_extra + moe
+    mlp = (3 if arch.gated_mlp else 2) * arch.intermediate_size
+    if arch.is_moe:
+        mlp = (
+            (arch.num_experts_per_tok or 2)
+            * 3
+            * (arch.moe_intermediate_size or arch.intermediate_size)
+        )
+    full = (
+        CUDA_GRAPH_EST_FIXED_GIB
+        + CUDA_GRAPH_EST_PER_LAYER_HIDDEN_GIB * layers * arch.hidden_size
+        + CUDA_GRAPH_EST_PER_LAYER_MLP_GIB * layers * mlp / tp
+        + (CUDA_GRAPH_EST_TP_GIB if tp > 1 else 0.0)
+    )
+    floor = min(full, CUDA_GRAPH_EST_FLOOR_GIB)
+    return floor + (full - floor) * scale + moe
 
 
 # -------------------------------------------------------------------------------- resolve args
@@ -648,13 +732,24 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
             f"max_model_len {resolved.max_model_len} is larger than the {tokens} tokens the KV "
             "cache holds: vLLM refuses to start"
         )
+    startup: list[str] = []
+    headroom = total * (1 - util)
     if not sem.subtracts_cuda_graphs and not resolved.enforce_eager:
-        headroom = total * (1 - util)
         if cg > headroom - 0.1:
-            reasons.append(
+            startup.append(
                 f"CUDA graphs (~{cg:.2f} GiB) are captured after the KV cache and may not fit in "
                 f"the {headroom:.2f} GiB left by gpu_memory_utilization {util}"
             )
+    elif not resolved.enforce_eager and kv > 0:
+        need = post_kv_slack_gib(tp)
+        if headroom < need:
+            startup.append(
+                f"only {headroom:.2f} GiB is left outside gpu_memory_utilization {util}; vLLM "
+                f"{resolved.vllm_version} allocates about {need:.2f} GiB after the KV cache (graph "
+                "capture against the full KV pool, sampler warm-up, all-reduce buffers) and may "
+                "not fit: startup may fail with CUDA out of memory"
+            )
+    reasons += startup
     if arch.sliding_window_layers and sem.engine is Engine.V1:
         reasons.append(
             "sliding-window layers: vLLM V1 groups them apart and reports more tokens than this "
@@ -679,4 +774,5 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         max_concurrency=round(tokens / resolved.max_model_len, 2),
         fits=fits,
         reasons=reasons,
+        startup_warnings=startup,
     )

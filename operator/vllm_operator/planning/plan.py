@@ -22,6 +22,7 @@ from vllm_operator.planning.alternatives import (
     infeasible,
 )
 from vllm_operator.planning.errors import PlanningInputError
+from vllm_operator.planning.fidelity import kv_error_margin
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.memory import (
@@ -30,6 +31,7 @@ from vllm_operator.planning.memory import (
     MemoryEstimate,
     cuda_graph_gib,
     estimate_memory,
+    post_kv_slack_gib,
     resolve_args,
 )
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION, Engine, VllmVersion
@@ -198,8 +200,11 @@ def _batched_tokens(
     return max(wanted, seqs)  # vLLM: max_num_batched_tokens >= max_num_seqs
 
 
-def _fits(est: MemoryEstimate, intent: PlanIntent) -> bool:
-    return est.fits and est.kv_cache_tokens / intent.p99_context_tokens >= intent.concurrency
+def _fits(est: MemoryEstimate, intent: PlanIntent, margin: float = 0.0) -> bool:
+    """vLLM starts and the KV cache holds the target, after taking `margin` (the model's own
+    measured error, planning/fidelity.py) off the predicted tokens."""
+    usable = est.kv_cache_tokens * (1.0 - margin)
+    return est.fits and usable / intent.p99_context_tokens >= intent.concurrency
 
 
 def _search(
@@ -212,11 +217,15 @@ def _search(
     dtype: str,
     kv_dtype: str,
     tp_limit: int,
+    margin: float = 0.0,
+    only_tp: int | None = None,
 ) -> tuple[MemoryEstimate | None, list[str], MemoryEstimate | None]:
     """Smallest TP (and, if needed, a smaller prefill chunk) that fits; notes per TP tried."""
     notes: list[str] = []
     last: MemoryEstimate | None = None
     for tp in _tp_candidates(arch, tp_limit):
+        if only_tp is not None and tp != only_tp:
+            continue
         probe = _estimate(
             arch,
             gpu,
@@ -245,7 +254,7 @@ def _search(
             dtype=dtype,
         )
         while (
-            not _fits(est, intent)
+            not _fits(est, intent, margin)
             and batched is not None
             and batched // 2 >= max(MIN_BATCHED_TOKENS, intent.concurrency)
         ):
@@ -274,7 +283,7 @@ def _search(
                 f"tokens (target {intent.concurrency})"
             )
         last = est
-        if _fits(est, intent):
+        if _fits(est, intent, margin):
             return est, notes, last
     return None, notes, last
 
@@ -331,6 +340,14 @@ def plan_pool(
                 f"lowered to {util} so CUDA graphs (~{cg:.2f} GiB, captured after the KV cache "
                 f"by vLLM {version}) fit in the remaining memory"
             )
+    elif (1 - util) * gpu.total_gib < post_kv_slack_gib(1):
+        # From 0.20 the graphs' estimate is budgeted, but capture and warm-up still allocate
+        # after the KV cache, outside it (memory.POST_KV_SLACK_GIB).
+        util = math.floor((1 - post_kv_slack_gib(1) / gpu.total_gib) * 100) / 100
+        util_reasons.append(
+            f"lowered to {util} to leave {post_kv_slack_gib(1):.2f} GiB outside the budget for "
+            f"what vLLM {version} allocates after the KV cache (graph capture, sampler warm-up)"
+        )
     est, tp_notes, last = _search(
         arch,
         gpu,
@@ -341,6 +358,26 @@ def plan_pool(
         kv_dtype="auto",
         tp_limit=intent.max_gpus_per_replica,
     )
+    margin, margin_why = kv_error_margin(version, arch)
+    fidelity: list[str] = []
+    within_error = False
+    if est is not None and margin > 0:
+        # The margin may cost a smaller prefill chunk at the same TP, never more GPUs.
+        safe, _, _ = _search(
+            arch,
+            gpu,
+            intent,
+            util=util,
+            max_len=max_len,
+            dtype=dtype,
+            kv_dtype="auto",
+            tp_limit=intent.max_gpus_per_replica,
+            margin=margin,
+            only_tp=est.args.tensor_parallel_size,
+        )
+        fidelity = _fidelity_reasons(safe, est, intent, margin, margin_why)
+        within_error = safe is None
+        est = safe or est
     if est is None:
 
         def search(
@@ -369,6 +406,7 @@ def plan_pool(
             other_gpus=other_gpus,
         )
     conc = est.kv_cache_tokens / intent.p99_context_tokens
+    promised = conc * (1.0 - margin) if within_error else conc
     if intent.prefix_caching is PrefixCaching.AUTO:
         prefix = est.engine is Engine.V1  # DM §3: on by default whenever V1 runs (0.8+)
         prefix_reason = (
@@ -403,7 +441,9 @@ def plan_pool(
         ),
         "kv_cache_dtype = auto (the model dtype)",
         prefix_reason,
+        *fidelity,
         *[r for r in est.reasons if "sliding-window" in r],
+        *est.startup_warnings,
     ]
     engine_args = PlannedArgs(
         tensor_parallel_size=args.tensor_parallel_size,
@@ -434,11 +474,42 @@ def plan_pool(
             kv_cache_gib=est.kv_cache_gib,
             kv_cache_tokens=est.kv_cache_tokens,
             num_gpu_blocks=est.num_gpu_blocks,
-            concurrency_at_p99=round(conc, 2),
+            concurrency_at_p99=round(promised, 2),
             budget_source="probe" if measured_free_mib is not None else "catalog",
         ),
         reasons=reasons,
     )
+
+
+def _fidelity_reasons(
+    with_margin: MemoryEstimate | None,
+    bare: MemoryEstimate,
+    intent: PlanIntent,
+    margin: float,
+    why: str,
+) -> list[str]:
+    """Why the plan differs from one that trusts the model exactly (issue #15 item 5).
+
+    Nothing when the margin changed nothing; a note when it cost a smaller prefill chunk; a
+    warning, with the concurrency promised after the margin, when only the margin-less plan fits
+    (the target then rests on the model being right within its error).
+    """
+    pct = f"{margin * 100:.0f} %"
+    if with_margin is None:
+        conc = bare.kv_cache_tokens / intent.p99_context_tokens
+        return [
+            f"KV headroom within the model's error: {conc:.1f} sequences predicted against the "
+            f"target {intent.concurrency}, but the KV prediction may be {pct} high for vLLM "
+            f"{intent.vllm_version} ({why}); concurrency promised {conc * (1 - margin):.1f}"
+        ]
+    a, b = with_margin.args, bare.args
+    if a.max_num_batched_tokens == b.max_num_batched_tokens:
+        return []
+    return [
+        f"KV margin {pct} ({why}): max_num_batched_tokens {a.max_num_batched_tokens} instead "
+        f"of {b.max_num_batched_tokens}, so the target holds even if the KV prediction is "
+        f"{pct} high"
+    ]
 
 
 def _batched_default(intent: PlanIntent) -> int:

@@ -189,7 +189,13 @@ def semantics_for(
     notes: list[str] = []
     if engine is Engine.V0 and version.at_least("0.8.0"):
         notes.append(f"vLLM {version.text} falls back to the V0 engine on this GPU/config")
-    subtracts = version.at_least("0.20.0")  # VV §3.1: default on from 0.20.0 (opt-in 0.18-0.19)
+    # VV §3.1: VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default on from 0.20.0 (opt-in 0.18-0.19;
+    # 0.18/0.19 log 'In v0.19, CUDA graph memory profiling will be enabled by default', vllm#39559).
+    # Later releases log 'CUDA graph memory profiling is enabled (default since v0.21.0)', but a
+    # 0.20.0 startup (banner 'version 0.20.0', vllm/vllm-openai:v0.20.0 image) already subtracts
+    # the estimate ('--gpu-memory-utilization=0.9000 is equivalent to ... 0.8964 without CUDA
+    # graph memory profiling'): the message's version is off by one, the rule starts at 0.20.0.
+    subtracts = version.at_least("0.20.0")
     if not subtracts:
         notes.append(
             "CUDA graphs are captured after the KV cache and must fit in (1 - util) x total"

@@ -14,25 +14,31 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
-
-from vllm_operator.api import RemediationMode, ScalingMode, VLLMService, VLLMServiceStatus
+from vllm_operator.api import ScalingMode, VLLMService, VLLMServiceStatus
 from vllm_operator.api.manifests import ServiceInvalid, check_service
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
 from vllm_operator.kube.gateway import (
     ConflictError,
-    GatewayError,
     Kind,
     KubeGateway,
     Obj,
-    UnavailableError,
 )
 from vllm_operator.metrics import operator_metrics as m
+from vllm_operator.reconcile.admission import BoundedResolver, Verdict, review
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
-from vllm_operator.reconcile.diff import needs_apply, rolls_pods
+from vllm_operator.reconcile.diff import needs_apply
 from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
-from vllm_operator.reconcile.inventory import canonical_label, group_gpu_nodes
+from vllm_operator.reconcile.failures import (
+    ACTIONS,
+    Failure,
+    FailureKey,
+    RetryableError,
+    backoff_delay,
+    classify_failure,
+    one_line,
+)
+from vllm_operator.reconcile.inventory import GpuNodeGroup, canonical_label, group_gpu_nodes
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     PlanCache,
@@ -43,6 +49,7 @@ from vllm_operator.reconcile.pools import (
 )
 from vllm_operator.reconcile.replicas import hand_over_replicas
 from vllm_operator.reconcile.scheduler import EvaluationScheduler, RetryLater
+from vllm_operator.reconcile.settle import SettleTracker
 from vllm_operator.reconcile.status import (
     budget_note,
     failed_status,
@@ -65,71 +72,6 @@ from vllm_operator.rendering.workload import render_pdb, render_service
 log = logging.getLogger(__name__)
 
 _NODE_FIELDS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
-
-
-BACKOFF_INITIAL_SECONDS = 5.0
-BACKOFF_MAX_SECONDS = 300.0
-"""A failing service is retried after 5 s, then 10, 20, ... up to 5 minutes, per service."""
-
-_MESSAGE_LIMIT = 1024
-
-
-class RetryableError(Exception):
-    """A reconcile that could not finish: the handler retries after `delay` (never sooner)."""
-
-    def __init__(self, message: str, delay: float = BACKOFF_INITIAL_SECONDS) -> None:
-        super().__init__(message)
-        self.delay = delay
-
-
-_ACTIONS = ("reconcile", "evaluate")
-_FailureKey = tuple[str, str, str]  # namespace, name, action
-
-
-@dataclass
-class _Failure:
-    """The backoff state of one failing service (dropped on success and in `forget`)."""
-
-    generation: Any
-    attempts: int
-    delay: float
-    due: float  # monotonic seconds
-    message: str
-
-
-def backoff_delay(attempts: int) -> float:
-    """Seconds before retry number `attempts` (1-based): 5, 10, 20, ... capped at 5 minutes."""
-    return float(min(BACKOFF_INITIAL_SECONDS * 2 ** min(attempts - 1, 16), BACKOFF_MAX_SECONDS))
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:_MESSAGE_LIMIT]
-
-
-def classify_failure(exc: Exception) -> tuple[Reason | None, str]:
-    """(condition reason, message) for a failed reconcile; reason None: nothing can be written.
-
-    - API server unreachable (no HTTP answer): no condition, the status write would fail too.
-    - 5xx, 429 or conflicts after retries: ApiRequestFailed (transient, quoted).
-    - any other HTTP refusal (400, 403, 404, 422, ...): ApplyRejected; the gateway's message
-      names the verb and object and quotes the API server's cause.
-    - anything else is an operator bug in gathering, planning or rendering: ReconcileError,
-      naming the exception type (a pydantic ValidationError by its field paths).
-    """
-    if isinstance(exc, GatewayError):
-        if exc.status is None:
-            return None, _one_line(str(exc))
-        if isinstance(exc, ConflictError | UnavailableError):
-            return Reason.API_REQUEST_FAILED, _one_line(str(exc))
-        return Reason.APPLY_REJECTED, _one_line(str(exc))
-    if isinstance(exc, ValidationError):
-        detail = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or exc.title}: {e['msg']}" for e in exc.errors()
-        )
-        return Reason.RECONCILE_ERROR, _one_line(
-            f"Internal error ValidationError in {exc.title}: {detail}"
-        )
-    return Reason.RECONCILE_ERROR, _one_line(f"Internal error {type(exc).__name__}: {exc}")
 
 
 @dataclass
@@ -187,18 +129,19 @@ class Controller:
         self._conflicts_warned: dict[tuple[str, str], set[str]] = {}
         # Run-time remediation: one loop for every service (no Kopf timer, so no finalizer).
         self.scheduler = EvaluationScheduler(self._evaluate_scheduled, clock=monotonic)
-        # Bursts of edits roll pods once: a pod-template change waits until the spec has kept
-        # its generation for settle_seconds (when each generation was first seen, per service).
-        self.settle_seconds = settle_seconds
+        # Bursts of edits roll pods once (reconcile/settle.py).
+        self.settle = SettleTracker(settle_seconds, monotonic)
         self._monotonic = monotonic
-        self._generation_seen: dict[tuple[str, str], tuple[int, float]] = {}
         # Fail-safe reconcile (#12): per-service backoff, one Warning per distinct failure, one
         # traceback per distinct internal error (process-wide, bounded). Keyed by (namespace,
         # name, action): a failing evaluation (say, pod logs forbidden) backs off apart from the
         # reconcile, so neither's success resets the other's backoff.
-        self._failures: dict[_FailureKey, _Failure] = {}
-        self._failures_warned: dict[_FailureKey, str] = {}
+        self._failures: dict[FailureKey, Failure] = {}
+        self._failures_warned: dict[FailureKey, str] = {}
         self._tracebacks_logged: set[str] = set()
+        # Admission reviews (#16): the Hub bounded; the inventory grouped once per node list.
+        self.admission_resolver = BoundedResolver(resolver)
+        self._admission_groups: tuple[list[Obj], dict[str, GpuNodeGroup]] | None = None
 
     # ----------------------------------------------------------------------------- triggers
 
@@ -212,8 +155,8 @@ class Controller:
         self.pool_plans.forget((namespace, name))
         self._conflicts_warned.pop((namespace, name), None)
         self.scheduler.forget((namespace, name))
-        self._generation_seen.pop((namespace, name), None)
-        for action in _ACTIONS:
+        self.settle.forget((namespace, name))
+        for action in ACTIONS:
             self._failures.pop((namespace, name, action), None)
             self._failures_warned.pop((namespace, name, action), None)
         with self._locks_guard:
@@ -244,7 +187,13 @@ class Controller:
         }
         fingerprint = (
             tuple(labels.get(k) for k in _NODE_FIELDS),
-            tuple(sorted((k, v) for k, v in allocatable.items() if k.startswith("nvidia.com/"))),
+            tuple(
+                sorted(
+                    (k, v)
+                    for k, v in allocatable.items()
+                    if k.startswith("nvidia.com/") or k == "memory"  # memory: host-memory cap
+                )
+            ),
             ready,
             bool((node.get("spec") or {}).get("unschedulable")),
             tuple(sorted(annotations.items())),
@@ -324,7 +273,8 @@ class Controller:
             m.RECONCILE_SECONDS.observe(time.perf_counter() - started)
 
     def evaluate(self, namespace: str, name: str) -> Outcome:
-        """Run-time remediation for one service; re-renders its pools when overrides change.
+        """Run-time remediation for one service; reconciles again when overrides or a pool's
+        failure changed (re-rendered pools, Degraded re-derived).
 
         A failure is reported like a reconcile's (`_failed`) with its own backoff: the scheduler
         tries this service again after the RetryableError's delay.
@@ -349,7 +299,7 @@ class Controller:
 
     # ---------------------------------------------------------------------- failure handling
 
-    def _due(self, key: _FailureKey, body: Obj) -> bool:
+    def _due(self, key: FailureKey, body: Obj) -> bool:
         """No backoff holds this service back (none, it has passed, or the spec changed since)."""
         failure = self._failures.get(key)
         return (
@@ -358,7 +308,7 @@ class Controller:
             or self._monotonic() >= failure.due
         )
 
-    def _defer_if_backing_off(self, key: _FailureKey, body: Obj) -> None:
+    def _defer_if_backing_off(self, key: FailureKey, body: Obj) -> None:
         """Refuse a retry of the same generation before its backoff passed (no hot loop)."""
         failure = self._failures.get(key)
         if failure is None or self._due(key, body):
@@ -367,12 +317,12 @@ class Controller:
         log.debug("Deferred %s service=%s/%s retry_in=%.0fs", key[2], key[0], key[1], left)
         raise RetryableError(failure.message, delay=left)
 
-    def _recovered(self, key: _FailureKey) -> None:
+    def _recovered(self, key: FailureKey) -> None:
         if self._failures.pop(key, None) is not None:
             log.info("Recovered %s service=%s/%s", key[2], key[0], key[1])
         self._failures_warned.pop(key, None)
 
-    def _failed(self, key: _FailureKey, body: Obj | None, exc: Exception) -> RetryableError:
+    def _failed(self, key: FailureKey, body: Obj | None, exc: Exception) -> RetryableError:
         """Count, log, report and schedule the retry of a failed reconcile (or evaluation).
 
         The log line is one WARNING in k8s style without a traceback: an API refusal is the
@@ -389,7 +339,7 @@ class Controller:
         previous = self._failures.get(key)
         attempts = previous.attempts + 1 if previous is not None else 1
         delay = backoff_delay(attempts)
-        self._failures[key] = _Failure(
+        self._failures[key] = Failure(
             generation, attempts, delay, self._monotonic() + delay, message
         )
         log.warning(
@@ -420,7 +370,7 @@ class Controller:
             )
         return RetryableError(message, delay=delay)
 
-    def _report_failure(self, key: _FailureKey, body: Obj, reason: Reason, message: str) -> None:
+    def _report_failure(self, key: FailureKey, body: Obj, reason: Reason, message: str) -> None:
         """The failure's conditions (written when they change) and one Warning per message."""
         try:
             old = parse_status(body.get("status"))
@@ -439,7 +389,7 @@ class Controller:
                 "Failed to record the failure service=%s/%s error=%s",
                 key[0],
                 key[1],
-                _one_line(str(exc)),
+                one_line(str(exc)),
             )
 
     def _evaluate_scheduled(self, namespace: str, name: str) -> None:
@@ -457,7 +407,7 @@ class Controller:
         old_status = parse_status(body.get("status"))
         outcome = Outcome()
         now = self.clock()
-        self._note_generation(namespace, name, generation)
+        self.settle.note((namespace, name), generation)
 
         try:
             # The validation `validate`, `plan` and `render` use (strict, as the API server's
@@ -471,11 +421,10 @@ class Controller:
         self._gpu_index[(namespace, name)] = {
             canonical_label(g) for g in service.spec.placement.gpu_types
         }
-        remediation = service.spec.remediation
-        if remediation.mode == RemediationMode.OFF:
-            self.scheduler.forget((namespace, name))
-        else:
-            self.scheduler.track((namespace, name), remediation.evaluation_interval_seconds)
+        # Every mode is observed (off only takes no step), so every service is scheduled.
+        self.scheduler.track(
+            (namespace, name), service.spec.remediation.evaluation_interval_seconds
+        )
 
         try:
             prepared = prepare_service(service, self.resolver)
@@ -510,7 +459,7 @@ class Controller:
                 )
                 outcome.applied.extend(writes)
             if needs_apply(pool.deployment, live):
-                wait = self._settle_wait(namespace, name, generation, pool.deployment, live)
+                wait = self.settle.wait((namespace, name), generation, pool.deployment, live)
                 if wait > 0:
                     settling = max(settling, wait)
                     pool.live = live
@@ -558,40 +507,38 @@ class Controller:
         self.pool_plans.set((namespace, name), [(p.gpu_type, p.feasible) for p in pools])
         return outcome
 
+    # ------------------------------------------------------------------------------ admission
+
+    def review_admission(self, obj: Obj, old: Obj | None = None) -> Verdict:
+        """The admission webhook's decision for one VLLMService (reconcile/admission.py)."""
+        started = time.monotonic()
+        try:
+            if old is not None and old.get("spec") == obj.get("spec"):
+                verdict = review(obj, {}, self.admission_resolver, old)  # no inventory needed
+            else:
+                verdict = review(obj, self.gpu_inventory(), self.admission_resolver, old)
+        except Exception:
+            m.ADMISSIONS.labels("error").inc()
+            raise
+        m.ADMISSIONS.labels(verdict.outcome).inc()
+        m.ADMISSION_SECONDS.observe(time.monotonic() - started)
+        return verdict
+
+    def gpu_inventory(self) -> dict[str, GpuNodeGroup]:
+        """The GPU node groups admission plans against: the reconcile's own node access
+        (`_nodes`, a short-lived cache), grouped once per node list, so a burst of admission
+        requests lists the nodes at most once per cache period, never once per request."""
+        nodes = self._nodes()
+        cached = self._admission_groups
+        if cached is not None and cached[0] is nodes:
+            m.ADMISSION_INVENTORY.labels("cache").inc()
+            return cached[1]
+        m.ADMISSION_INVENTORY.labels("api").inc()
+        groups = group_gpu_nodes(nodes)
+        self._admission_groups = (nodes, groups)
+        return groups
+
     # ------------------------------------------------------------------------------- helpers
-
-    def _settle_wait(
-        self, namespace: str, name: str, generation: Any, desired: Obj, live: Obj | None
-    ) -> float:
-        """Seconds to hold back `desired` so that a burst of spec edits rolls the pods once.
-
-        Only pod-template changes of an existing Deployment wait (creating a pool or changing
-        its replica count restarts nothing). A generation is timed from when this process first
-        saw it; one already current when the operator started counts as settled.
-        """
-        if self.settle_seconds <= 0 or not isinstance(generation, int):
-            return 0.0
-        if not rolls_pods(desired, live):
-            return 0.0
-        seen = self._generation_seen.get((namespace, name))
-        if seen is None or seen[0] != generation:
-            return 0.0
-        return max(0.0, seen[1] + self.settle_seconds - self._monotonic())
-
-    def _note_generation(self, namespace: str, name: str, generation: Any) -> None:
-        """Remember when this process first saw each generation (for `_settle_wait`).
-
-        The first generation seen of a service (after creation or an operator restart) counts as
-        settled: only edits this process watched happen in a burst.
-        """
-        if not isinstance(generation, int):
-            return
-        key = (namespace, name)
-        seen = self._generation_seen.get(key)
-        if seen is None:
-            self._generation_seen[key] = (generation, self._monotonic() - self.settle_seconds)
-        elif seen[0] != generation:
-            self._generation_seen[key] = (generation, self._monotonic())
 
     def _reconcile_quietly(self, namespace: str, name: str) -> None:
         """A deferred reconcile from the scheduler: its failures retry like any other."""
@@ -752,4 +699,4 @@ def _owned_by(obj: Obj, service: VLLMService) -> bool:
     )
 
 
-__all__ = ["Controller", "Outcome", "RetryableError", "LABEL_INSTANCE"]
+__all__ = ["Controller", "Outcome", "RetryableError", "backoff_delay", "LABEL_INSTANCE"]

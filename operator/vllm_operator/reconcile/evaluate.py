@@ -3,8 +3,11 @@
 Called by the controller's remediation scheduler, once per evaluation interval of each service. It gathers pod status (OOMKilled, restarts, CrashLoopBackOff,
 the crashed container's last log lines) and Prometheus signals, asks the pure remediation policy
 for a decision, and applies it: overrides and history go to status (never to spec), Events explain
-each step, creeping pods are drained from the Service and then evicted through the Eviction API,
-and a changed override re-renders the pool through the normal reconcile.
+each step, creeping pods are drained from the Service and then evicted through the Eviction API
+once idle, and a changed override re-renders the pool through the normal reconcile.
+
+It also keeps each pool's failure (remediation.health: a crash of any class, or a startup past its
+budget) in status.pools[].failure until the pool runs clean; the reconcile folds it into Degraded.
 """
 
 from __future__ import annotations
@@ -16,16 +19,18 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from vllm_operator.api import RemediationMode, VLLMService, set_condition
+from vllm_operator.api import VLLMService, set_condition
 from vllm_operator.api.conditions import ConditionType
 from vllm_operator.api.reasons import Reason
-from vllm_operator.api.status import VLLMServiceStatus
+from vllm_operator.api.status import PoolPlan, VLLMServiceStatus
 from vllm_operator.kube.gateway import Kind, KubeGateway, Obj
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.metrics.signals import ServiceMetrics
 from vllm_operator.reconcile.observed import observed_capacity
 from vllm_operator.reconcile.writes import CountingGateway, service_event
 from vllm_operator.remediation import Observations, PoolObservation, decide, observe_pod
+from vllm_operator.remediation.health import StartupBudget, pool_failure, startup_budget
+from vllm_operator.rendering import workload
 from vllm_operator.rendering.names import (
     ANNOTATION_DRAINING_SINCE,
     LABEL_SERVING,
@@ -37,6 +42,7 @@ log = logging.getLogger(__name__)
 CONTAINER = "vllm"
 LOG_TAIL_LINES = 100
 DRAIN_TIMEOUT = timedelta(seconds=60)
+"""The longest a drained pod waits for its running requests to finish before it is evicted."""
 # The scheduler (reconcile/scheduler.py) decides the cadence; the evaluator's own gate only stops
 # evaluations that come much earlier than the interval. The slack absorbs the difference between
 # the scheduler's monotonic clock and this clock, which drops sub-second parts.
@@ -76,14 +82,15 @@ class Evaluator:
         self._last: dict[tuple[str, str], datetime] = {}
 
     def evaluate(self, body: Obj) -> bool:
-        """One evaluation; True when overrides changed and the pools must be re-rendered."""
+        """One evaluation; True when the reconcile must run: overrides changed (re-render the
+        pools) or a pool's failure changed (re-derive Degraded)."""
         try:
             service = VLLMService.model_validate(body)
         except ValidationError:
             return False  # the reconcile reports invalid specs
         spec = service.spec
-        if spec.remediation.mode == RemediationMode.OFF:
-            return False
+        # Mode off takes no step (decide() returns none), but the pods are still observed:
+        # Degraded must say that a pool crashes whatever the remediation mode (#13).
         key = (service.namespace, service.name)
         now = self.clock()
         last = self._last.get(key)
@@ -100,12 +107,13 @@ class Evaluator:
             pool: self.gw.list_pods(service.namespace, pool_selector_labels(service.name, pool))
             for pool in plans
         }
-        self._finish_drains(service, pods_by_pool, now)
         names = [p["metadata"]["name"] for pods in pods_by_pool.values() for p in pods]
         metrics = self._metrics(service, names, now)
+        self._finish_drains(service, pods_by_pool, metrics, now)
         observations = Observations(
             metrics_available=metrics.available,
             metrics_message=metrics.message,
+            metrics_unavailable_reason=metrics.reason,
             pools=[
                 PoolObservation(
                     pool=pool,
@@ -127,7 +135,7 @@ class Evaluator:
         conditions = list(status.conditions)
         for update in decision.conditions:
             if update.type == ConditionType.DEGRADED:
-                continue  # the reconcile owns Degraded and folds MemoryPressure into it
+                continue  # the reconcile owns Degraded and folds pools[].failure into it
             conditions = set_condition(
                 conditions,
                 type_=update.type,
@@ -137,6 +145,8 @@ class Evaluator:
                 now=now,
                 observed_generation=generation if isinstance(generation, int) else None,
             )
+        by_pool = {p.pool: p for p in observations.pools}
+        window = timedelta(seconds=spec.remediation.window_seconds)
         pools = [
             pool.model_copy(
                 update={
@@ -144,7 +154,16 @@ class Evaluator:
                         pool.plan,
                         _capacities(metrics, pods_by_pool.get(pool.gpu_type, [])),
                     )
-                    or pool.observed
+                    or pool.observed,
+                    "failure": pool_failure(
+                        by_pool[pool.gpu_type],
+                        pool.failure,
+                        now,
+                        window=window,
+                        budget=_startup_budget(plans[pool.gpu_type]),
+                    )
+                    if pool.gpu_type in by_pool
+                    else pool.failure,
                 }
             )
             for pool in status.pools
@@ -161,11 +180,30 @@ class Evaluator:
             self.gw.apply_status(service.namespace, service.name, new_status.to_wire())
         for event in decision.events:
             self.gw.emit_event(service_event(service, event.type, event.reason, event.message))
+        failures_changed = False
+        for old, new in zip(status.pools, pools, strict=True):
+            before, after = old.failure, new.failure
+            if before != after:
+                failures_changed = True
+            if after is not None and (
+                before is None or (before.reason, before.pod) != (after.reason, after.pod)
+            ):
+                self.gw.emit_event(
+                    service_event(service, "Warning", Reason(after.reason), after.message)
+                )
+            elif after is None and before is not None:
+                log.info(
+                    "Cleared failure service=%s/%s pool=%s reason=%s",
+                    service.namespace,
+                    service.name,
+                    old.gpu_type,
+                    before.reason,
+                )
         for action in decision.actions:
             m.REMEDIATIONS.labels(action.kind.value, decision.mode.value).inc()
         for pod in decision.evictions:
             self._start_drain(service, pod, now)
-        return list(new_status.overrides) != list(status.overrides)
+        return failures_changed or list(new_status.overrides) != list(status.overrides)
 
     # ------------------------------------------------------------------------------- helpers
 
@@ -214,15 +252,30 @@ class Evaluator:
         log.info("Drained pod=%s/%s before eviction", service.namespace, pod)
 
     def _finish_drains(
-        self, service: VLLMService, pods_by_pool: dict[str, list[Obj]], now: datetime
+        self,
+        service: VLLMService,
+        pods_by_pool: dict[str, list[Obj]],
+        metrics: ServiceMetrics,
+        now: datetime,
     ) -> None:
+        """Evict each drained pod once it is idle, or after DRAIN_TIMEOUT whatever it reports.
+
+        Idle: its newest vllm:num_requests_running sample (the version's name, read through the
+        metrics gateway) is 0 and was taken after the drain began, so a request that arrived
+        before the Service dropped the pod has finished. Without metrics only the timeout ends
+        the drain: it bounds the wait either way.
+        """
         for pods in pods_by_pool.values():
             for pod in list(pods):
                 annotations = (pod.get("metadata") or {}).get("annotations") or {}
                 since = _parse_time(annotations.get(ANNOTATION_DRAINING_SINCE))
-                if since is None or now - since < DRAIN_TIMEOUT:
+                if since is None:
                     continue
                 name = pod["metadata"]["name"]
+                idle = _idle_since(metrics, name, since)
+                if not idle and now - since < DRAIN_TIMEOUT:
+                    log.info("Deferred eviction until idle pod=%s/%s", service.namespace, name)
+                    continue
                 if self.gw.evict_pod(service.namespace, name):
                     pods.remove(pod)
                     self.gw.emit_event(
@@ -230,11 +283,35 @@ class Evaluator:
                             service,
                             "Normal",
                             Reason.POD_EVICTED,
-                            f"Evicted drained pod {name} through the Eviction API",
+                            f"Evicted drained pod {name} through the Eviction API ("
+                            + ("no running requests" if idle else "drain timeout")
+                            + ")",
                         )
                     )
                 else:
                     log.info("Deferred eviction by PodDisruptionBudget pod=%s", name)
+
+
+def _idle_since(metrics: ServiceMetrics, pod: str, since: datetime) -> bool:
+    """The pod's newest running-requests sample is 0 and newer than `since`."""
+    found = metrics.pods.get(pod)
+    if found is None or not found.requests_running:
+        return False
+    newest = max(found.requests_running, key=lambda s: s.t)
+    return newest.t > since and newest.v == 0
+
+
+def _startup_budget(plan: PoolPlan) -> StartupBudget | None:
+    """The plan's startup budget, kept below the rendered startup probe's (it fires first)."""
+    if plan.memory is None:
+        return None
+    args = plan.planned_args()
+    total = plan.memory.weights_gib * args.tensor_parallel_size
+    return startup_budget(
+        total,
+        enforce_eager=args.enforce_eager,
+        probe_budget_s=workload.startup_budget_seconds(total),
+    )
 
 
 def _capacities(metrics: ServiceMetrics, pods: list[Obj]) -> list[int | None]:

@@ -63,6 +63,12 @@ class GpuNodeGroup(BaseModel):
     unavailable_nodes: tuple[str, ...] = Field(
         default=(), description='Nodes that cannot take pods now, as "name (why)".'
     )
+    allocatable_memory_mib: int | None = Field(
+        default=None,
+        description="Smallest allocatable memory of the schedulable GPU nodes (of every node "
+        "when none is schedulable), MiB; None when no node reports it. The host-memory limit of "
+        "a replica must fit on any node the pool may land on.",
+    )
 
     @property
     def planning_gpus_per_node(self) -> int:
@@ -71,6 +77,40 @@ class GpuNodeGroup(BaseModel):
         cordoned or NotReady, so nothing is re-planned or called infeasible meanwhile).
         """
         return self.max_gpus_per_node or self.hardware_gpus_per_node
+
+
+_QUANTITY_SUFFIX = {
+    "Ki": 1 << 10,
+    "Mi": 1 << 20,
+    "Gi": 1 << 30,
+    "Ti": 1 << 40,
+    "Pi": 1 << 50,
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+}
+
+
+def memory_quantity_mib(value: object) -> int | None:
+    """A Kubernetes memory quantity ("512Gi", "131072000Ki", "64G", "1e9") in MiB, rounded down;
+    None when absent or unparsable."""
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        return None
+    text = str(value).strip()
+    for suffix in sorted(_QUANTITY_SUFFIX, key=len, reverse=True):
+        if text.endswith(suffix):
+            number, factor = text[: -len(suffix)], _QUANTITY_SUFFIX[suffix]
+            break
+    else:
+        number, factor = text, 1
+    try:
+        amount = float(number) * factor
+    except ValueError:
+        return None
+    return int(amount // (1 << 20)) if amount >= 0 else None
 
 
 def _as_dict(value: object) -> dict[str, object]:
@@ -137,6 +177,8 @@ class _Acc:
     allocatable_gpus: int = 0
     node_names: list[str] = field(default_factory=list)
     unavailable_nodes: list[str] = field(default_factory=list)
+    memory_all: list[int] = field(default_factory=list)
+    memory_schedulable: list[int] = field(default_factory=list)
 
 
 def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
@@ -170,6 +212,11 @@ def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
             acc.compute_capability = (
                 cc if acc.compute_capability is None else min(acc.compute_capability, cc)
             )
+        host_mib = memory_quantity_mib(allocatable.get("memory"))
+        if host_mib is not None:
+            acc.memory_all.append(host_mib)
+            if not unavailable:
+                acc.memory_schedulable.append(host_mib)
         if unavailable:
             acc.unavailable_nodes.append(f"{node_name} ({unavailable})")
         else:
@@ -189,6 +236,7 @@ def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
             allocatable_gpus=acc.allocatable_gpus,
             node_names=tuple(sorted(acc.node_names)),
             unavailable_nodes=tuple(sorted(acc.unavailable_nodes)),
+            allocatable_memory_mib=min(acc.memory_schedulable or acc.memory_all, default=None),
         )
         for product, acc in sorted(groups.items())
     }

@@ -22,6 +22,7 @@ from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError
 from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
 from vllm_operator.planning.alternatives import Infeasible
+from vllm_operator.planning.host_memory import plan_host_memory
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.plan import PlanResult, plan_pool
 from vllm_operator.reconcile.inventory import (
@@ -302,10 +303,24 @@ def _plan_group(
             deployment_name=name,
             unavailable=unavailable,
         )
+    allocatable = group.allocatable_memory_mib
+    host = plan_host_memory(
+        prepared.arch,
+        tensor_parallel_size=result.engine_args.tensor_parallel_size,
+        engine=result.engine,
+        vllm_version=result.vllm_version,
+        weights_gib_per_gpu=result.memory.weights_gib,
+        enforce_eager=result.engine_args.enforce_eager,
+        extra_args=spec.vllm.extra_args,
+        node_allocatable_gib=allocatable / 1024 if allocatable is not None else None,
+    )
     # Remediation overrides (status.overrides) apply on top of the plan; the status keeps the
     # plan itself, so the policy always measures its steps against what was planned.
-    effective = effective_args(result.engine_args, overrides, group.product)
+    effective = effective_args(result.engine_args, overrides, group.product, host.limit_gib)
     args = effective.engine
+    host_limit = effective.host_memory_gib or host.limit_gib
+    if host.max_limit_gib is not None:
+        host_limit = min(host_limit, max(host.limit_gib, host.max_limit_gib))
     # With an external autoscaler the replica count is not ours to render (nor remediation's:
     # maxReplicas is refused with it); the controller hands the field over on the first apply.
     external = spec.scaling.mode == ScalingMode.EXTERNAL
@@ -340,14 +355,23 @@ def _plan_group(
         model_args=model_args,
         engine_argv=argv,
         weights_gib_total=result.memory.weights_gib * tp,
+        host_memory_gib=host_limit,
+        shm_gib=host.shm_gib,
     )
     deployment = render_deployment(service, render)
-    status_plan = result.to_status().model_copy(
-        update={"hash": deployment["metadata"]["annotations"][ANNOTATION_PLAN_HASH]}
+    planned_status = result.to_status()
+    status_plan = planned_status.model_copy(
+        update={
+            "hash": deployment["metadata"]["annotations"][ANNOTATION_PLAN_HASH],
+            "host_memory": host.to_status(),
+            "reasons": [*planned_status.reasons, *host.reasons],
+        }
     )
     mem = result.memory
     planned = result.engine_args.rendered()
-    changed = {k: v for k, v in args.rendered().items() if planned[k] != v}
+    changed: dict[str, object] = {k: v for k, v in args.rendered().items() if planned[k] != v}
+    if host_limit != host.limit_gib:
+        changed["host_memory_gib"] = host_limit
     applied_overrides = (
         " with overrides " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items()))
         if changed

@@ -25,7 +25,7 @@ from vllm_operator.api.conditions import (
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.api.spec import ScalingMode
-from vllm_operator.api.status import PoolPlan, PoolStatus, VLLMServiceStatus
+from vllm_operator.api.status import PoolFailure, PoolPlan, PoolStatus, VLLMServiceStatus
 from vllm_operator.reconcile.budgets import MeasuredBudgets
 from vllm_operator.reconcile.inventory import canonical_label
 from vllm_operator.reconcile.observed import kept_observation
@@ -183,6 +183,11 @@ def rollout_done(pool: PoolOutcome) -> bool:
     )
 
 
+def kept_failure(old: list[PoolStatus], gpu_type: str) -> PoolFailure | None:
+    """The pool's failure as the run-time evaluation left it (only it sets and clears one)."""
+    return next((p.failure for p in old if p.gpu_type == gpu_type), None)
+
+
 def budget_note(service: VLLMService, budgets: MeasuredBudgets) -> str:
     """A stable note for the Feasible condition: ignored probe budgets of GPU types it allows."""
     allowed = {canonical_label(g) for g in service.spec.placement.gpu_types}
@@ -227,7 +232,9 @@ def service_status(
 ) -> VLLMServiceStatus:
     """Conditions Feasible / Progressing / Ready / Degraded, pools and summaries of one reconcile.
 
-    Remediation's conditions and the overrides/history are carried over from `old` unchanged.
+    Remediation's conditions and the overrides/history are carried over from `old` unchanged;
+    so is each pool's failure (set and cleared by the run-time evaluation), which makes Degraded
+    True with the failure's reason (a crash class or StartupStalled) while it stands.
     """
     pool_status: list[PoolStatus] = []
     desired_total = ready_total = 0
@@ -252,6 +259,7 @@ def service_status(
                 plan=plan,
                 message="; ".join(m for m in (pool.message, failure) if m) or None,
                 observed=kept_observation(old.pools, pool.gpu_type, plan),
+                failure=kept_failure(old.pools, pool.gpu_type),
             )
         )
     planned = [p for p in pools if p.feasible and p.deployment is not None]
@@ -324,8 +332,13 @@ def service_status(
         for p in pools
         if id(p) in unavailable or starved(p)
     ]
+    crashes = [p.failure for p in pool_status if p.failure is not None]
+    problems += [c.message for c in crashes]
     if failures:
         degraded = ("True", Reason.REPLICA_FAILURE, "; ".join(problems))
+    elif crashes:
+        # The pods' own failure is the most specific cause (a crash class or a stalled start).
+        degraded = ("True", Reason(crashes[0].reason), "; ".join(problems))
     elif problems:
         degraded = ("True", Reason.POOLS_UNAVAILABLE, "; ".join(problems))
     else:
@@ -410,6 +423,7 @@ __all__ = [
     "apply_conditions",
     "budget_note",
     "failed_status",
+    "kept_failure",
     "name_conflict_status",
     "parse_status",
     "plan_summary",

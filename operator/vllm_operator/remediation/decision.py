@@ -13,7 +13,9 @@ from vllm_operator.api.status import HistoryEntry, Override
 
 RESTORABLE = frozenset({Reason.BURST_OOM, Reason.KV_PRESSURE, Reason.PREFIX_CACHE_WASTE})
 """Overrides stepped back after a quiet period. StartupOOM overrides are kept: they carry what
-vLLM itself measured, and undoing them would crash the pod again (they go when the plan changes)."""
+vLLM itself measured, and undoing them would crash the pod again (they go when the plan changes).
+HostOOM overrides (a larger host-memory limit) are kept for the same reason: the container was
+killed at the smaller limit, and a larger limit costs no throughput."""
 
 METRIC_DRIVEN = frozenset(
     {Reason.KV_PRESSURE, Reason.PREFIX_CACHE_WASTE, Reason.CHRONIC_FRAGMENTATION}
@@ -73,7 +75,8 @@ class Decision(_Model):
 
     In `auto` mode `overrides`/`history` already include the actions and `evictions` lists the pods
     to drain and evict. In `recommend` mode `overrides` are unchanged, `evictions` is empty, and the
-    actions appear in `history` (message prefixed "Recommended:") and Events only. In `off` mode
+    actions appear in `history` (entries with `recommended` set) and Events (message prefixed
+    "Recommended:") only. In `off` mode
     nothing changes and no conditions are proposed.
     """
 

@@ -28,6 +28,12 @@ UTILIZATION_STEP = 0.02
 """One step of gpu_memory_utilization when CUDA-graph capture ran out of memory."""
 TENANT_MARGIN_GIB = 0.5
 """Kept free below the free memory vLLM reported when another process holds memory."""
+HOST_MEMORY_STEP = 0.25
+"""One HostOOM step raises the container's memory limit by this fraction ..."""
+HOST_MEMORY_STEP_MIN_GIB = 4
+"""... or by this many GiB, whichever is larger."""
+HOST_MEMORY_UNKNOWN_CAP = 2
+"""Without the nodes' allocatable memory, HostOOM steps stop at this multiple of the plan."""
 KV_HYSTERESIS = 0.05
 """KV usage must stay this far below the threshold for the pool to count as quiet."""
 DEFAULT_BLOCK_SIZE = 16

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vllm_operator.api.reasons import Reason
 from vllm_operator.remediation.diagnosis import Diagnosis
 
 
@@ -43,7 +44,13 @@ class PodMetrics(_Model):
         ge=0,
         le=1,
         description="rate(hits)/rate(queries) over the window (or the V0 gauge); None when prefix "
-        "caching is off, the metric is absent or no queries arrived.",
+        "caching is off (the V0 gauge reports -1), the metric is absent, no queries arrived or "
+        "the value is out of range.",
+    )
+    invalid: str | None = Field(
+        default=None,
+        description="Why some of the pod's samples were rejected as impossible values (KV-cache "
+        "usage below 0 or above 1); the pod then counts as incomplete: no metric-driven action.",
     )
     kv_cache_tokens: int | None = Field(
         default=None,
@@ -81,6 +88,10 @@ class PodObservation(_Model):
         default=None, description="state.waiting.reason of the vLLM container (CrashLoopBackOff)."
     )
     last_termination: ContainerTermination | None = None
+    running_since: datetime | None = Field(
+        default=None,
+        description="state.running.startedAt of the vLLM container (for a stalled startup).",
+    )
     metrics: PodMetrics | None = Field(
         default=None, description="None when Prometheus has no series for the pod."
     )
@@ -107,4 +118,9 @@ class Observations(_Model):
 
     metrics_available: bool
     metrics_message: str = ""
+    metrics_unavailable_reason: Reason | None = Field(
+        default=None,
+        description="Condition reason when metrics are unavailable for a known cause (for "
+        "example UnsupportedVersion); None: MetricsUnavailable.",
+    )
     pools: Sequence[PoolObservation] = Field(default=())

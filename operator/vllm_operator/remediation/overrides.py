@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from vllm_operator.api.engine_args import (
     LOWERED_FIELDS,
+    RAISED_FIELDS,
     OverrideField,
     PlannedArgs,
     override_value,
@@ -31,6 +32,9 @@ class EffectiveArgs:
     engine: PlannedArgs
     replicas: int | None = None
     """The replicas override (scale-out), or None: the spec's replicas."""
+    host_memory_gib: int | None = None
+    """The host-memory override (after OOMKilled) when above the plan's limit, or None: the
+    plan's own request and limit."""
 
 
 def _number(value: object) -> float | None:
@@ -39,24 +43,40 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
-def effective_args(planned: PlannedArgs, overrides: Iterable[Override], pool: str) -> EffectiveArgs:
+def effective_args(
+    planned: PlannedArgs,
+    overrides: Iterable[Override],
+    pool: str,
+    planned_host_memory_gib: int | None = None,
+) -> EffectiveArgs:
     """The plan's engine arguments with the pool's overrides applied (what the renderer renders).
 
     For the fields remediation lowers, the smaller of plan and override wins, so an override left
-    over from an older, larger plan never raises a limit.
+    over from an older, larger plan never raises a limit. For the host-memory limit, which
+    remediation only raises, the larger wins (a new plan above the override makes it moot).
     """
     replicas: int | None = None
+    host_memory: int | None = None
     values: dict[OverrideField, object] = {}
     for field, override in pool_overrides(overrides, pool).items():
         value = override_value(field, override.value)
         if field == OverrideField.REPLICAS:
             replicas = int(value) if isinstance(value, int) else None
             continue
+        if field in RAISED_FIELDS:
+            raised = int(value) if isinstance(value, int) else None
+            if raised is not None and (
+                planned_host_memory_gib is None or raised > planned_host_memory_gib
+            ):
+                host_memory = raised
+            continue
         current = _number(planned.value(field))
         if field in LOWERED_FIELDS and current is not None and current < (_number(value) or 0):
             continue
         values[field] = value
-    return EffectiveArgs(engine=planned.with_values(values), replicas=replicas)
+    return EffectiveArgs(
+        engine=planned.with_values(values), replicas=replicas, host_memory_gib=host_memory
+    )
 
 
 def append_history(

@@ -42,11 +42,13 @@ def observe_pod(
                 diagnosis=diagnose(previous_log, pod_history(pod, container)),
             )
     waiting = (state.get("waiting") or {}).get("reason")
+    running = state.get("running")
     return PodObservation(
         name=str(pod.get("metadata", {}).get("name", "")) or "unknown",
         ready=bool(status.get("ready", False)),
         restart_count=int(status.get("restartCount") or 0),
         waiting_reason=str(waiting) if waiting else None,
         last_termination=termination,
+        running_since=parse_time(running.get("startedAt")) if isinstance(running, dict) else None,
         metrics=metrics,
     )

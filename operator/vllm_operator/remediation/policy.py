@@ -9,7 +9,9 @@ remediation.diagnosis; classification.py, steps.py and guards.py hold the parts)
    another process (startup-free-memory) or CUDA-graph capture is the cause.
 2. BurstOOM - CUDA OOM in a forward pass after serving (runtime-cuda-oom): lower
    max_num_batched_tokens, then max_num_seqs, by stepFraction, down to their floors.
-   HostOOM - OOMKilled (host RAM): never a GPU argument.
+   HostOOM - OOMKilled (host RAM): raise the container's memory limit by a bounded step up to
+   what the pool's nodes can allocate (TargetUnmet there); never a GPU argument. Kept like a
+   StartupOOM override (a smaller limit would be killed again); a new plan above it clears it.
 3. KVPressure - KV usage >= threshold for the whole window with a backed-up queue or preemptions:
    scale out when maxReplicas allows, else turn prefix caching off when its hit rate is below the
    floor (PrefixCacheWaste), else lower max_num_seqs down to the spec's concurrency.
@@ -77,7 +79,7 @@ class _Policy(Classifier, Steps):
 
 
 def _entry(action: Action, now: datetime, recommend: bool) -> HistoryEntry:
-    prefix = "Recommended: " if recommend else ""
+    """The history record of a step; a recommended one is marked by its field, not its text."""
     return HistoryEntry(
         time=now,
         pool=action.pool,
@@ -85,7 +87,8 @@ def _entry(action: Action, now: datetime, recommend: bool) -> HistoryEntry:
         from_value=action.from_value,
         to_value=action.to_value,
         reason=action.reason.value,
-        message=prefix + action.message,
+        message=action.message,
+        recommended=recommend,
     )
 
 
@@ -146,6 +149,7 @@ def decide(
     unmet: list[str] = []
     degraded: list[str] = []
     incomplete: list[str] = []
+    invalid: list[str] = []
     new_overrides = list(overrides)
 
     for pool in sorted(observations.pools, key=lambda p: p.pool):
@@ -154,6 +158,11 @@ def decide(
         result = policy.evaluate_pool(pool, metrics_ok)
         if metrics_ok and not result.metrics_complete and any(p.ready for p in pool.pods):
             incomplete.append(pool.pool)
+            invalid.extend(
+                f"{pool.pool} pod {p.name}: {p.metrics.invalid}"
+                for p in pool.pods
+                if p.ready and p.metrics is not None and p.metrics.invalid
+            )
         if result.degraded:
             degraded.append(result.degraded)
         if result.finding is not None:
@@ -198,7 +207,7 @@ def decide(
         if not recommend:
             new_overrides = _apply(new_overrides, action, now)
 
-    conditions = _conditions(observations, findings, unmet, degraded, incomplete)
+    conditions = _conditions(observations, findings, unmet, degraded, incomplete, invalid)
     new_history = append_history(history, [*notes, *(_entry(a, now, recommend) for a in actions)])
     top = actions[0] if actions else None
     return Decision(
@@ -224,6 +233,7 @@ def _conditions(
     unmet: Sequence[str],
     degraded: Sequence[str],
     incomplete: Sequence[str],
+    invalid: Sequence[str] = (),
 ) -> tuple[ConditionUpdate, ...]:
     conds: list[ConditionUpdate] = []
     if not obs.metrics_available:
@@ -231,8 +241,20 @@ def _conditions(
             ConditionUpdate(
                 type="MetricsAvailable",
                 status="False",
-                reason=Reason.METRICS_UNAVAILABLE.value,
+                reason=(obs.metrics_unavailable_reason or Reason.METRICS_UNAVAILABLE).value,
                 message=obs.metrics_message or "no fresh vLLM metrics: no metric-driven action",
+            )
+        )
+    elif invalid:
+        conds.append(
+            ConditionUpdate(
+                type="MetricsAvailable",
+                status="False",
+                reason=Reason.METRICS_INVALID.value,
+                message="invalid data from vLLM ("
+                + "; ".join(invalid)
+                + "): no metric-driven action on pools "
+                + ", ".join(incomplete),
             )
         )
     elif incomplete:

@@ -2,7 +2,8 @@
 
 Lower max_num_batched_tokens, then max_num_seqs, by stepFraction, never below their floors (the
 spec's concurrency and context); re-plan max_model_len with the capacity vLLM reported; lower
-gpu_memory_utilization only for another tenant or CUDA-graph capture; scale out, turn prefix
+gpu_memory_utilization only for another tenant or CUDA-graph capture; raise the host-memory limit
+after an OOMKilled container (never a GPU argument); scale out, turn prefix
 caching off, or drain a creeping pod; restore a quiet pool stepwise towards its plan.
 """
 
@@ -33,6 +34,9 @@ from vllm_operator.remediation.diagnosis import FailureClass
 from vllm_operator.remediation.guards import (
     BATCHED_TOKENS_MULTIPLE,
     DEFAULT_BLOCK_SIZE,
+    HOST_MEMORY_STEP,
+    HOST_MEMORY_STEP_MIN_GIB,
+    HOST_MEMORY_UNKNOWN_CAP,
     MIN_BATCHED_TOKENS,
     MIN_GPU_MEMORY_UTILIZATION,
     TENANT_MARGIN_GIB,
@@ -171,8 +175,56 @@ class Steps(PolicyBase):
         return lowered
 
     def host_memory_step(self, pool: str, f: _Finding) -> _Step | None:
-        """Host RAM ran out: no GPU argument can help, so none is touched."""
-        return None
+        """Host RAM ran out (OOMKilled): raise the container's memory limit one bounded step.
+
+        No GPU argument can help, so none is touched. The step is the larger of
+        HOST_MEMORY_STEP_FRACTION and HOST_MEMORY_STEP_MIN_GIB, up to the most the pool's nodes
+        can allocate (status plan hostMemory.maxLimitGiB); where the nodes' allocatable memory is
+        unknown, up to HOST_MEMORY_UNKNOWN_CAP x the planned limit. At the cap: TargetUnmet.
+        """
+        plan = self.plans[pool].host_memory
+        if plan is None:
+            return None  # a status written before host memory was planned: re-plan first
+        field_ = OverrideField.HOST_MEMORY_GIB
+        override = pool_overrides(self.overrides, pool).get(field_)
+        current = plan.limit_gib
+        if override is not None:
+            value = override_value(field_, override.value)
+            if isinstance(value, int) and value > current:
+                current = value
+        if plan.max_limit_gib is not None:
+            cap = max(plan.limit_gib, plan.max_limit_gib)
+            where = (
+                f"the most the pool's nodes can allocate ({plan.node_allocatable_gib:g} GiB "
+                "allocatable on the smallest, less a reserve)"
+            )
+        else:
+            cap = HOST_MEMORY_UNKNOWN_CAP * plan.limit_gib
+            where = (
+                f"{HOST_MEMORY_UNKNOWN_CAP} x the planned {plan.limit_gib} GiB (the nodes do not "
+                "report allocatable memory)"
+            )
+        if current >= cap:
+            return _Step(
+                None,
+                f"{f.message}; the host-memory limit is already {current} GiB, {where}: use nodes "
+                "with more memory, or lower what the container holds in host memory (swap, CPU "
+                "offload, eager loading in spec.vllm.extraArgs)",
+            )
+        new = min(
+            cap,
+            max(current + HOST_MEMORY_STEP_MIN_GIB, math.ceil(current * (1 + HOST_MEMORY_STEP))),
+        )
+        return _Step(
+            self.action(
+                pool,
+                field_.value,
+                current,
+                new,
+                Reason.HOST_OOM,
+                f"{f.message}; raising the container's host-memory limit (GPU arguments unchanged)",
+            )
+        )
 
     def burst_step(self, pool: str, args: PlannedArgs, f: _Finding) -> _Step:
         return self.lower_batched(pool, args, Reason.BURST_OOM, f.message) or self.lower_seqs(

@@ -63,6 +63,14 @@ class PoolRender(BaseModel):
     model_args: list[str] = Field(description="The model argument(s) in the version's form.")
     engine_argv: list[str] = Field(description="Validated engine flags for the pinned version.")
     weights_gib_total: float = Field(ge=0, description="Weights of one replica, all GPUs, in GiB.")
+    host_memory_gib: int = Field(
+        ge=1,
+        description="The container's memory request and limit, GiB (planning.host_memory, or a "
+        "HostOOM override above it).",
+    )
+    shm_gib: int | None = Field(
+        default=None, ge=1, description="/dev/shm size with TP > 1 (memory-backed emptyDir)."
+    )
 
 
 def plan_hash(service: VLLMService, pool: PoolRender) -> str:
@@ -73,6 +81,7 @@ def plan_hash(service: VLLMService, pool: PoolRender) -> str:
         "model": pool.model_args,
         "argv": pool.engine_argv,
         "gpus": [pool.gpu_resource, pool.gpus_per_replica],
+        "hostMemory": [pool.host_memory_gib, pool.shm_gib],
         "env": [e.to_wire() for e in service.spec.vllm.env],
         "source": service.spec.model.source.to_wire(),
         "security": service.spec.security.to_wire(),
@@ -157,8 +166,10 @@ def _volumes(service: VLLMService, pool: PoolRender) -> tuple[list[Obj], list[Ob
         mounts.append({"name": "model", "mountPath": PVC_MOUNT_PATH, "readOnly": True})
     if pool.gpus_per_replica > 1:
         # NCCL and PyTorch use shared memory between the tensor-parallel workers; the
-        # container default of 64 MiB is too small.
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}})
+        # container default of 64 MiB is too small. Memory-backed: its pages count against the
+        # container's memory limit, which is why the host-memory plan sizes it.
+        shm = pool.shm_gib or 2
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm}Gi"}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     return volumes, mounts
 
@@ -188,12 +199,6 @@ def _probes(pool: PoolRender) -> Obj:
     }
 
 
-def _host_memory_gib(pool: PoolRender) -> int:
-    # Loading stages weights through host memory; a replica needs roughly its weights plus the
-    # Python runtime, per process.
-    return max(16, math.ceil(pool.weights_gib_total * 1.2 + 8))
-
-
 def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
     """One pool's Deployment."""
     name = deployment_name(service.name, pool.gpu_type)
@@ -217,13 +222,15 @@ def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
         "args": [*pool.model_args, *pool.engine_argv],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": _env(service),
+        # Memory request = limit (planning.host_memory): the pod lands only where the node can
+        # hold what it may use, and an OOMKilled container means this plan was too small.
         "resources": {
             "requests": {
                 "cpu": str(2 * pool.gpus_per_replica),
-                "memory": f"{_host_memory_gib(pool)}Gi",
+                "memory": f"{pool.host_memory_gib}Gi",
                 pool.gpu_resource: gpus,
             },
-            "limits": {pool.gpu_resource: gpus},
+            "limits": {"memory": f"{pool.host_memory_gib}Gi", pool.gpu_resource: gpus},
         },
         "volumeMounts": mounts,
         **_probes(pool),
