@@ -60,6 +60,12 @@ class PlannedArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     tensor_parallel_size: int = Field(ge=1)
+    pipeline_parallel_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Pipeline stages, one per node of a multi-node replica (LeaderWorkerSet "
+        "group size); None: one node, not rendered.",
+    )
     gpu_memory_utilization: float = Field(gt=0, le=1)
     max_model_len: int = Field(ge=1)
     max_num_seqs: int = Field(ge=1)

@@ -601,6 +601,16 @@ class PlacementSpec(ApiModel):
         alias="maxGPUsPerReplica",
         description="Largest tensor-parallel size the planner may choose. Defaults to 8.",
     )
+    max_nodes_per_replica: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        alias="maxNodesPerReplica",
+        description="Most nodes one replica may span. 1 (the default) keeps every replica on "
+        "one node (a Deployment pool); above 1 the planner may split a model that does not fit "
+        "one node into pipeline-parallel stages, one per node, each stage tensor-parallel "
+        "within its node, served as one LeaderWorkerSet group per replica.",
+    )
 
     @field_validator("gpu_types")
     @classmethod
