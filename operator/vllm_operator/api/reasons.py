@@ -35,6 +35,12 @@ class Reason(StrEnum):
         "UnsupportedEngineArgs",
         "The planned engine arguments are not accepted by the pinned vLLM version.",
     )
+    INVALID_ENGINE_CONFIG = (
+        "InvalidEngineConfig",
+        "The effective engine arguments (plan and spec.vllm.extraArgs together) break a rule "
+        "vLLM's engine configuration enforces at startup; the message quotes vLLM's rule and "
+        "cites where vLLM raises it. Nothing is rendered for the pool.",
+    )
 
     # Feasible
     ALL_POOLS_PLANNED = "AllPoolsPlanned", "Every GPU type with nodes has an engine plan."
@@ -49,6 +55,13 @@ class Reason(StrEnum):
         "hardware is planned, their absence is reported as NoMatchingNodes / PoolsUnavailable).",
     )
     UNKNOWN_GPU = "UnknownGpu", "A pool's GPU is neither in the catalog nor labelled with memory."
+    PLAN_OVERRIDDEN = (
+        "PlanOverridden",
+        "Feasible=True, but the plan no longer holds for some pool: spec.vllm.extraArgs overrides "
+        "planner-owned values (allowPlannerOverride) with which the memory model predicts the "
+        "target is missed or vLLM does not start, or that it cannot account for. The pools run "
+        "the user's values; the message says which and why.",
+    )
 
     # Progressing
     NO_MATCHING_NODES = (

@@ -91,18 +91,46 @@ class HostMemory(ApiModel):
     note: str | None = Field(default=None, description="The risk, when clamped.")
 
 
+class UserOverride(ApiModel):
+    """A planner-owned engine argument the user set in spec.vllm.extraArgs (allowPlannerOverride).
+
+    The pool runs `value`: it is rendered once, in place of the planner's, and the plan's
+    engineArgs and memory figures are those of the user's value.
+    """
+
+    arg: str = Field(description="vLLM engine field, e.g. max_num_seqs.")
+    flag: str = Field(description="The extraArgs key that set it, e.g. --max-num-seqs.")
+    planned: Any = Field(
+        default=None,
+        description="What the planner chose (absent: the version's default).",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    value: Any = Field(
+        description="The user's value, in force.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
 class PoolPlan(ApiModel):
     """The engine arguments chosen for one GPU pool and why."""
 
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="vLLM engine arguments by vLLM field name (tensor_parallel_size, "
-        "gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens, ...).",
+        "gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens, ...): "
+        "the effective ones, the user's overrides (userOverrides) included; remediation "
+        "overrides (status.overrides) apply on top.",
         json_schema_extra={"additionalProperties": {"x-kubernetes-preserve-unknown-fields": True}},
     )
     memory: MemoryBreakdown | None = Field(default=None, description="Expected memory per GPU.")
     host_memory: HostMemory | None = Field(
         default=None, description="Host (CPU) memory of one replica: its request and limit."
+    )
+    user_overrides: list[UserOverride] = Field(
+        default_factory=list,
+        description="Engine arguments spec.vllm.extraArgs sets in place of the planner's "
+        "(allowPlannerOverride); engineArgs and memory already use them.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["arg"]},
     )
     reasons: list[str] = Field(default_factory=list, description="Why each value was chosen.")
     hash: str | None = Field(default=None, description="Hash of the rendered plan.")

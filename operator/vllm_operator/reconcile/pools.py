@@ -21,10 +21,13 @@ from vllm_operator.api.status import Override
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError
 from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
+from vllm_operator.catalog.vllm.values import extra_arg_fields, extra_arg_values
 from vllm_operator.planning.alternatives import Infeasible
+from vllm_operator.planning.engine_rules import Violation, check_engine_rules
 from vllm_operator.planning.host_memory import plan_host_memory
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.plan import PlanResult, plan_pool
+from vllm_operator.planning.user_overrides import apply_user_values
 from vllm_operator.reconcile.inventory import (
     GpuNodeGroup,
     canonical_label,
@@ -89,6 +92,8 @@ class PoolOutcome:
     applied_message: str = ""
     unavailable: str = ""
     live: Obj | None = field(default=None, repr=False)
+    plan_note: str = ""
+    """Why the plan no longer holds with the user's overrides (empty: it holds)."""
 
     @property
     def has_capacity(self) -> bool:
@@ -107,6 +112,25 @@ def check_service_rules(service: VLLMService) -> None:
         )
     except ArgsRejected as exc:
         raise ServiceRejected(exc.reason, str(exc)) from exc
+    # Rules the extra flags break on their own, whatever the plan (the pools check the rest).
+    values = extra_arg_values(spec.vllm.version, spec.vllm.extra_args)
+    violations = check_engine_rules(spec.vllm.version, values)
+    if violations:
+        raise ServiceRejected(
+            Reason.INVALID_ENGINE_CONFIG,
+            "spec.vllm.extraArgs: "
+            + engine_config_message(violations, _origins(spec.vllm.extra_args, spec.vllm.version)),
+        )
+
+
+def _origins(extra: dict[str, str], version: str) -> dict[str, str]:
+    """Where each engine field of a rule came from: an extraArgs key, else the plan."""
+    return {name: f"extraArgs {flag}" for flag, name in extra_arg_fields(version, extra).items()}
+
+
+def engine_config_message(violations: Sequence[Violation], origins: dict[str, str]) -> str:
+    """Every broken rule, quoted, with its vLLM source and where each value came from."""
+    return "; ".join(v.describe(origins) for v in violations)
 
 
 def prepare_service(service: VLLMService, resolver: ArchitectureResolver) -> PreparedService:
@@ -303,6 +327,21 @@ def _plan_group(
             deployment_name=name,
             unavailable=unavailable,
         )
+    # The user's values for planner-owned flags (allowPlannerOverride) replace the planner's,
+    # and the memory figures are recomputed with them (planning.user_overrides).
+    version = spec.vllm.version
+    values = extra_arg_values(version, spec.vllm.extra_args)
+    fields = {name: flag for flag, name in extra_arg_fields(version, spec.vllm.extra_args).items()}
+    overridden = apply_user_values(
+        result,
+        values,
+        fields,
+        intent=intent,
+        arch=prepared.arch,
+        gpu=facts,
+        measured_free_mib=measured,
+    )
+    result = overridden.plan
     allocatable = group.allocatable_memory_mib
     host = plan_host_memory(
         prepared.arch,
@@ -325,6 +364,20 @@ def _plan_group(
     # maxReplicas is refused with it); the controller hands the field over on the first apply.
     external = spec.scaling.mode == ScalingMode.EXTERNAL
     replicas = None if external else (effective.replicas or spec.replicas)
+    config = {**values, **{k: v for k, v in args.rendered().items() if v is not None}}
+    violations = check_engine_rules(version, config, engine=result.engine)
+    if violations:
+        origins = {name: f"extraArgs {flag}" for name, flag in fields.items()}
+        origins.update({k: "the plan" for k in args.rendered() if k not in origins})
+        return PoolOutcome(
+            gpu_type=group.product,
+            product=group.product,
+            feasible=False,
+            reason=Reason.INVALID_ENGINE_CONFIG,
+            message=engine_config_message(violations, origins),
+            deployment_name=name,
+            unavailable=unavailable,
+        )
     try:
         argv = engine_argv(
             spec.vllm.version,
@@ -364,6 +417,7 @@ def _plan_group(
         update={
             "hash": deployment["metadata"]["annotations"][ANNOTATION_PLAN_HASH],
             "host_memory": host.to_status(),
+            "user_overrides": list(overridden.overrides),
             "reasons": [*planned_status.reasons, *host.reasons],
         }
     )
@@ -381,12 +435,18 @@ def _plan_group(
         f"{group.product} TP={tp} max_num_seqs={args.max_num_seqs} "
         f"KV {mem.kv_cache_tokens} tokens ({mem.concurrency_at_p99:.1f} x P99)"
     )
+    plan_note = ""
+    if not overridden.holds:
+        plan_note = "plan no longer holds with spec.vllm.extraArgs: " + "; ".join(
+            overridden.problems
+        )
     return PoolOutcome(
         gpu_type=group.product,
         product=group.product,
         feasible=True,
         reason=Reason.PLANNED,
-        message=unavailable,
+        message="; ".join(m for m in (unavailable, plan_note) if m),
+        plan_note=plan_note,
         unavailable=unavailable,
         plan=status_plan,
         deployment=deployment,
