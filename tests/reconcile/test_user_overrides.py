@@ -2,9 +2,14 @@
 
 from typing import Any
 
+from vllm_operator.api.reasons import Reason
+from vllm_operator.hub.resolver import HubArchitectureResolver, NoTokenSecrets
 from vllm_operator.kube.gateway import Kind
+from vllm_operator.reconcile.admission import review
+from vllm_operator.reconcile.inventory import group_gpu_nodes
 
-from .test_controller import cluster, condition, controller, example, status_of
+from .nodes import gpu_node
+from .test_controller import OfflineHub, cluster, condition, controller, example, status_of
 
 
 def service(extra: dict[str, str], *, allow: bool = True) -> dict[str, Any]:
@@ -127,3 +132,16 @@ def test_extra_args_that_break_a_rule_on_their_own_reject_the_service() -> None:
     assert feasible["message"].startswith("spec.vllm.extraArgs: vLLM would refuse to start")
     assert "max_num_active_seqs (9) cannot be greater than max_num_seqs (8)." in feasible["message"]
     assert gw.list_owned(Kind.DEPLOYMENT, "default", {}) == []
+
+
+def test_admission_denies_a_rule_violation_and_warns_when_the_plan_no_longer_holds() -> None:
+    nodes = group_gpu_nodes([gpu_node("l4-0", "NVIDIA-L4", 1)])
+    resolver = HubArchitectureResolver(NoTokenSecrets(), OfflineHub())
+    denied = review(service({"--no-enable-chunked-prefill": ""}), nodes, resolver)
+    assert not denied.allowed and denied.reason == Reason.INVALID_ENGINE_CONFIG
+    assert denied.message.startswith("spec.vllm.extraArgs with the plan break vLLM's engine")
+    warned = review(service({"--gpu-memory-utilization": "0.7"}), nodes, resolver)
+    assert warned.allowed and warned.outcome == "warned"
+    assert any("plan no longer holds" in w for w in warned.warnings)
+    plain = review(service({"--max-num-seqs": "8"}), nodes, resolver)
+    assert plain.allowed and plain.warnings == ()
