@@ -103,3 +103,24 @@ def test_an_unmodelled_kv_cache_dtype_is_reported_not_estimated() -> None:
     )
     assert out.plan.engine_args.kv_cache_dtype == "int4_per_token_head"
     assert any("not in the memory model" in p for p in out.problems)
+
+
+def test_default_values_of_unmodelled_flags_change_nothing() -> None:
+    out = apply_user_values(
+        planned(),
+        {"cpu_offload_gb": 0.0, "data_parallel_size": 1},
+        {},
+        intent=INTENT,
+        arch=LLAMA8,
+        gpu=L4,
+    )
+    assert out.holds
+
+
+def test_a_tensor_parallel_size_beyond_the_pools_gpus_does_not_hold() -> None:
+    intent = INTENT.model_copy(update={"max_gpus_per_replica": 1})
+    out = apply_user_values(
+        planned(), {"tensor_parallel_size": 2}, {}, intent=intent, arch=LLAMA8, gpu=L4
+    )
+    assert out.plan.engine_args.tensor_parallel_size == 2
+    assert any("its pods cannot be scheduled" in p for p in out.problems)

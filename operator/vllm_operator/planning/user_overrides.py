@@ -53,6 +53,9 @@ UNMODELLED_FIELDS: Mapping[str, str] = {
 """Planner-owned flags outside the memory model, and what each changes: a user value for one of
 them means the plan's figures no longer hold."""
 
+_NEUTRAL: Mapping[str, Any] = {"cpu_offload_gb": 0, "data_parallel_size": 1}
+"""Values of UNMODELLED_FIELDS that change nothing (vLLM's defaults)."""
+
 _MODELLED_KV_DTYPES = frozenset({"auto", "bfloat16", "float16", *KV_DTYPES_FP8})
 
 
@@ -113,7 +116,7 @@ def apply_user_values(
     problems = [
         f"{flags.get(name, name)} {why}; the memory model does not account for it"
         for name, why in UNMODELLED_FIELDS.items()
-        if name in values
+        if name in values and not _same(values[name], _NEUTRAL.get(name))
     ]
     if not changed:
         return OverriddenPlan(plan=plan, problems=tuple(problems))
@@ -129,6 +132,13 @@ def apply_user_values(
         "(allowPlannerOverride)"
         for o in overrides
     ]
+    tp = args.tensor_parallel_size
+    if "tensor_parallel_size" in changed and tp > intent.max_gpus_per_replica:
+        problems.append(
+            f"tensor_parallel_size {tp} needs {tp} GPUs of one node; the pool allows "
+            f"{intent.max_gpus_per_replica} (spec.placement.maxGPUsPerReplica and the GPUs of "
+            "one node): its pods cannot be scheduled"
+        )
     memory = plan.memory
     if changed.keys() & MEMORY_FIELDS:
         if args.kv_cache_dtype not in _MODELLED_KV_DTYPES:
