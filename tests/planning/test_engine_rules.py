@@ -52,7 +52,9 @@ def test_v0_default_chunked_prefill_follows_the_context_length() -> None:
     # Above 32K V0 turns chunked prefill on by itself.
     assert names("0.6.6.post1", {**short, "max_model_len": 65536}, Engine.V0) == []
     (violation,) = check_engine_rules("0.6.6.post1", short, engine=Engine.V0)
-    assert violation.source == "vLLM 0.6.0 vllm/config.py:SchedulerConfig._verify_args"
+    assert violation.source == "vLLM 0.6.6.post1 vllm/config.py:SchedulerConfig._verify_args"
+    # The same pool on V1 (0.6.6-0.11.0 force chunked prefill on there) cannot break it.
+    assert names("0.6.6.post1", {**short, "enable_chunked_prefill": False}, Engine.V1) == []
 
 
 @pytest.mark.parametrize("version", ["0.8.5.post1", "0.11.0", "0.33.0"])
@@ -65,14 +67,38 @@ def test_batched_tokens_below_max_num_seqs_is_refused_in_every_release(version: 
     assert names(version, {**config, "max_num_seqs": 2048}) == []
 
 
-def test_the_source_cited_is_the_newest_read_at_or_below_the_pinned_release() -> None:
-    config = {"max_num_batched_tokens": 16, "max_num_seqs": 32}
-    cited = {v: check_engine_rules(v, config)[0].source for v in ("0.9.2", "0.20.0", "0.33.0")}
+def test_the_source_cited_is_where_the_pinned_release_raises_it() -> None:
+    config: dict[str, ConfigValue] = {"max_num_batched_tokens": 16, "max_num_seqs": 32}
+    cited = {v: check_engine_rules(v, config)[0].source for v in ("0.9.2", "0.10.2", "0.11.2")}
     assert cited == {
-        "0.9.2": "vLLM 0.6.0 vllm/config.py:SchedulerConfig._verify_args",
-        "0.20.0": "vLLM 0.11.0 vllm/config/scheduler.py:SchedulerConfig._verify_args",
-        "0.33.0": "vLLM 0.33.0 vllm/config/scheduler.py:SchedulerConfig.verify_max_model_len",
+        "0.9.2": "vLLM 0.9.2 vllm/config.py:SchedulerConfig._verify_args",
+        "0.10.2": "vLLM 0.10.2 vllm/config/scheduler.py:SchedulerConfig._verify_args",
+        "0.11.2": "vLLM 0.11.2 vllm/config/scheduler.py:SchedulerConfig.verify_max_model_len",
     }
+
+
+def test_partial_prefill_rules_follow_their_releases() -> None:
+    partial: dict[str, ConfigValue] = {
+        "max_num_partial_prefills": 2,
+        "enable_chunked_prefill": False,
+        "max_long_partial_prefills": 3,
+    }
+    # 0.11.0 V1 forces chunked prefill on; 0.20.0 honours the flag; 0.27.0 dropped the feature.
+    assert names("0.11.0", partial) == ["long-partial-prefills-within-partial-prefills"]
+    assert names("0.20.0", partial) == [
+        "partial-prefills-need-chunked-prefill",
+        "long-partial-prefills-within-partial-prefills",
+    ]
+    assert names("0.27.0", partial) == []
+    (message,) = [
+        v.message
+        for v in check_engine_rules("0.20.0", partial)
+        if v.rule.startswith("long-partial")
+    ]
+    assert message == (
+        "self.max_long_partial_prefills=3 must be less than or equal to "
+        "self.max_num_partial_prefills=2."
+    )
 
 
 def test_long_prefill_threshold_rule_differs_between_releases() -> None:

@@ -6,12 +6,12 @@ crash-loops on an error the operator could have named before applying anything. 
 combine the planner's values with spec.vllm.extraArgs, so only the effective configuration can
 break them; `check-args`, `validate` / `render` and the reconcile all call `check_engine_rules`.
 
-Each rule quotes vLLM's own message and cites where vLLM raises it. The table is per version:
-a rule applies to the releases in [since, until) and cites the source of the newest release it
-was read from at or below the pinned one (sources read: 0.11.0 and 0.33.0 in
-~/.cache/vllm-operator/vllm-src; `vllm/config.py` for the releases before the config package).
-Only rules whose inputs the spec can reach are here; a rule whose inputs are unknown (a field
-neither planned nor given) is skipped, never guessed. Pure.
+Each rule quotes vLLM's own message and cites where the pinned release raises it. The table is
+per version: a rule applies to the releases in [since, until) (and, where the V1 engine forces
+a setting, to V0 pools only), read from the source of every release in the catalog (the
+generator's cache, ~/.cache/vllm-operator/vllm-src). Only rules whose inputs the spec can reach
+are here; a rule whose inputs are unknown (a field neither planned nor given) is skipped, never
+guessed. Pure.
 """
 
 from collections.abc import Callable, Mapping
@@ -53,16 +53,24 @@ class EngineRule:
     fields: tuple[str, ...]
     check: Callable[[Config, Engine], str | None]
     """The quoted message when the rule is broken, None when it holds or inputs are unknown."""
+    engines: frozenset[Engine] | None = None
+    """The engines the check can fire on (None: every one)."""
 
-    def applies(self, version: VllmVersion) -> bool:
+    def applies(self, version: VllmVersion, engine: Engine | None = None) -> bool:
         if not version.at_least(self.since):
+            return False
+        if engine is not None and self.engines is not None and engine not in self.engines:
             return False
         return self.until is None or not version.at_least(self.until)
 
-    def source(self, version: VllmVersion) -> str:
+    def where(self, version: VllmVersion) -> str:
+        """file:function where ``version`` raises it (the source that release was read from)."""
         read = sorted(self.sources, key=lambda v: VllmVersion.parse(v).key())
         at = [v for v in read if version.at_least(v)] or read[:1]
-        return f"vLLM {at[-1]} {self.sources[at[-1]]}"
+        return self.sources[at[-1]]
+
+    def source(self, version: VllmVersion) -> str:
+        return f"vLLM {version.text} {self.where(version)}"
 
 
 def _int(config: Config, field: str) -> int | None:
@@ -127,6 +135,24 @@ def _threshold_vs_len_partial(config: Config, engine: Engine) -> str | None:
     return _threshold_vs_len(config, engine)
 
 
+def _partial_needs_chunked(config: Config, engine: Engine) -> str | None:
+    partial = _int(config, "max_num_partial_prefills")
+    if partial is None or partial <= 1 or _chunked(config, engine) is not False:
+        return None
+    return "Chunked prefill must be enabled to set max_num_partial_prefills > 1."
+
+
+def _long_partial_at_most(config: Config, engine: Engine) -> str | None:
+    long = _int(config, "max_long_partial_prefills")
+    partial = _int(config, "max_num_partial_prefills") or 1
+    if long is None or long <= partial:
+        return None
+    return (
+        f"self.max_long_partial_prefills={long} must be less than or equal to "
+        f"self.max_num_partial_prefills={partial}."
+    )
+
+
 def _long_partial_range(config: Config, engine: Engine) -> str | None:
     long = _int(config, "max_long_partial_prefills")
     if long is None:
@@ -176,27 +202,35 @@ def _tp_dcp(config: Config, engine: Engine) -> str | None:
     return f"tp_size={tp} must be divisible by dcp_size={dcp}."
 
 
-_SCHEDULER = "vllm/config/scheduler.py"
-_PARALLEL = "vllm/config/parallel.py"
+_V0_SCHEDULER = "vllm/config.py:SchedulerConfig._verify_args"
+_SCHEDULER_ARGS = "vllm/config/scheduler.py:SchedulerConfig._verify_args"
+_SCHEDULER_LEN = "vllm/config/scheduler.py:SchedulerConfig.verify_max_model_len"
+_V0_PARALLEL = "vllm/config.py:ParallelConfig.__post_init__"
+_PARALLEL_INIT = "vllm/config/parallel.py:ParallelConfig.__post_init__"
+_PARALLEL = "vllm/config/parallel.py:ParallelConfig._validate_parallel_config"
+_V0_ONLY = frozenset({Engine.V0})
 
+# Where each check lives moved twice: vllm/config.py until 0.10.0, the vllm/config/ package from
+# 0.10.1.1, and SchedulerConfig.verify_max_model_len / ParallelConfig._validate_parallel_config
+# from 0.11.2. Read from every catalog release's source (tests/planning/test_engine_rules_sources.py
+# checks each citation against the cached sources).
 RULES: tuple[EngineRule, ...] = (
-    # V1 turns chunked prefill on whatever the flag says from 0.8 (arg_utils
-    # _set_default_args_v1, then _set_default_args in 0.11): the check cannot fire there.
+    # From 0.6.6 to 0.11.0 the V1 engine turns chunked prefill on whatever the flag says
+    # (arg_utils: "V1 always uses chunked prefills"), so there only V0 pools can break it.
     EngineRule(
         name="chunked-prefill-off-needs-batched-tokens-of-max-model-len",
         since="0.6.0",
-        until="0.8.0",
-        sources={"0.6.0": "vllm/config.py:SchedulerConfig._verify_args"},
+        until="0.11.2",
+        sources={"0.6.0": _V0_SCHEDULER, "0.10.1.1": _SCHEDULER_ARGS},
         fields=("max_num_batched_tokens", "max_model_len", "enable_chunked_prefill"),
         check=_batched_vs_len,
+        engines=_V0_ONLY,
     ),
-    # 0.11 also forces chunked prefill on for generative models (arg_utils
-    # EngineArgs._set_default_args); 0.33 honours --no-enable-chunked-prefill.
     EngineRule(
         name="chunked-prefill-off-needs-batched-tokens-of-max-model-len",
-        since="0.33.0",
+        since="0.11.2",
         until=None,
-        sources={"0.33.0": f"{_SCHEDULER}:SchedulerConfig.verify_max_model_len"},
+        sources={"0.11.2": _SCHEDULER_LEN},
         fields=("max_num_batched_tokens", "max_model_len", "enable_chunked_prefill"),
         check=_batched_vs_len,
     ),
@@ -204,84 +238,96 @@ RULES: tuple[EngineRule, ...] = (
         name="batched-tokens-at-least-max-num-seqs",
         since="0.6.0",
         until=None,
-        sources={
-            "0.6.0": "vllm/config.py:SchedulerConfig._verify_args",
-            "0.11.0": f"{_SCHEDULER}:SchedulerConfig._verify_args",
-            "0.33.0": f"{_SCHEDULER}:SchedulerConfig.verify_max_model_len",
-        },
+        sources={"0.6.0": _V0_SCHEDULER, "0.10.1.1": _SCHEDULER_ARGS, "0.11.2": _SCHEDULER_LEN},
         fields=("max_num_batched_tokens", "max_num_seqs"),
         check=_batched_vs_seqs,
     ),
     EngineRule(
+        name="partial-prefills-need-chunked-prefill",
+        since="0.7.3",
+        until="0.11.2",
+        sources={"0.7.3": _V0_SCHEDULER, "0.10.1.1": _SCHEDULER_ARGS},
+        fields=("max_num_partial_prefills", "enable_chunked_prefill"),
+        check=_partial_needs_chunked,
+        engines=_V0_ONLY,
+    ),
+    EngineRule(
+        name="partial-prefills-need-chunked-prefill",
+        since="0.11.2",
+        until="0.27.0",
+        sources={"0.11.2": _SCHEDULER_LEN},
+        fields=("max_num_partial_prefills", "enable_chunked_prefill"),
+        check=_partial_needs_chunked,
+    ),
+    EngineRule(
         name="long-prefill-threshold-within-max-model-len",
-        since="0.11.0",
-        until="0.33.0",
-        sources={"0.11.0": f"{_SCHEDULER}:SchedulerConfig._verify_args"},
+        since="0.7.3",
+        until="0.27.0",
+        sources={"0.7.3": _V0_SCHEDULER, "0.10.1.1": _SCHEDULER_ARGS, "0.11.2": _SCHEDULER_LEN},
         fields=("long_prefill_token_threshold", "max_model_len", "max_num_partial_prefills"),
         check=_threshold_vs_len_partial,
     ),
     EngineRule(
         name="long-prefill-threshold-within-max-model-len",
-        since="0.33.0",
+        since="0.27.0",
         until=None,
-        sources={"0.33.0": f"{_SCHEDULER}:SchedulerConfig.verify_max_model_len"},
+        sources={"0.27.0": _SCHEDULER_LEN},
         fields=("long_prefill_token_threshold", "max_model_len"),
         check=_threshold_vs_len,
     ),
     EngineRule(
         name="long-partial-prefills-within-partial-prefills",
-        since="0.11.0",
-        until="0.33.0",
-        sources={"0.11.0": f"{_SCHEDULER}:SchedulerConfig._verify_args"},
+        since="0.7.3",
+        until="0.11.2",
+        sources={"0.7.3": _V0_SCHEDULER, "0.10.1.1": _SCHEDULER_ARGS},
         fields=("max_long_partial_prefills", "max_num_partial_prefills"),
         check=_long_partial_range,
     ),
     EngineRule(
+        name="long-partial-prefills-within-partial-prefills",
+        since="0.11.2",
+        until="0.27.0",
+        sources={"0.11.2": _SCHEDULER_LEN},
+        fields=("max_long_partial_prefills", "max_num_partial_prefills"),
+        check=_long_partial_at_most,
+    ),
+    EngineRule(
         name="active-seqs-within-max-num-seqs",
-        since="0.33.0",
+        since="0.31.0",
         until=None,
-        sources={"0.33.0": f"{_SCHEDULER}:SchedulerConfig.verify_max_model_len"},
+        sources={"0.31.0": _SCHEDULER_LEN},
         fields=("max_num_active_seqs", "max_num_seqs"),
         check=_active_vs_seqs,
     ),
     EngineRule(
         name="local-data-parallel-within-data-parallel",
-        since="0.11.0",
+        since="0.9.0",
         until=None,
-        sources={
-            "0.11.0": f"{_PARALLEL}:ParallelConfig.__post_init__",
-            "0.33.0": f"{_PARALLEL}:ParallelConfig._validate_parallel_config",
-        },
+        sources={"0.9.0": _V0_PARALLEL, "0.10.1.1": _PARALLEL_INIT, "0.11.2": _PARALLEL},
         fields=("data_parallel_size_local", "data_parallel_size"),
         check=_dp_local,
     ),
     EngineRule(
         name="external-lb-needs-data-parallel",
-        since="0.11.0",
+        since="0.9.2",
         until=None,
-        sources={
-            "0.11.0": f"{_PARALLEL}:ParallelConfig.__post_init__",
-            "0.33.0": f"{_PARALLEL}:ParallelConfig._validate_parallel_config",
-        },
+        sources={"0.9.2": _V0_PARALLEL, "0.10.1.1": _PARALLEL_INIT, "0.11.2": _PARALLEL},
         fields=("data_parallel_external_lb", "data_parallel_size"),
         check=_dp_external_lb,
     ),
     EngineRule(
         name="eplb-needs-expert-parallel",
-        since="0.11.0",
+        since="0.10.0",
         until=None,
-        sources={
-            "0.11.0": f"{_PARALLEL}:ParallelConfig.__post_init__",
-            "0.33.0": f"{_PARALLEL}:ParallelConfig._validate_parallel_config",
-        },
+        sources={"0.10.0": _V0_PARALLEL, "0.10.1.1": _PARALLEL_INIT, "0.11.2": _PARALLEL},
         fields=("enable_eplb", "enable_expert_parallel"),
         check=_eplb_needs_ep,
     ),
     EngineRule(
         name="tensor-parallel-divisible-by-decode-context-parallel",
-        since="0.33.0",
+        since="0.26.0",
         until=None,
-        sources={"0.33.0": f"{_PARALLEL}:ParallelConfig._validate_parallel_config"},
+        sources={"0.26.0": _PARALLEL},
         fields=("tensor_parallel_size", "decode_context_parallel_size"),
         check=_tp_dcp,
     ),
@@ -305,7 +351,7 @@ def check_engine_rules(
     run = engine or default_engine(parsed)
     out: list[Violation] = []
     for rule in RULES:
-        if not rule.applies(parsed):
+        if not rule.applies(parsed, run):
             continue
         message = rule.check(config, run)
         if message is not None:
