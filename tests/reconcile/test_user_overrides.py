@@ -145,3 +145,18 @@ def test_admission_denies_a_rule_violation_and_warns_when_the_plan_no_longer_hol
     assert any("plan no longer holds" in w for w in warned.warnings)
     plain = review(service({"--max-num-seqs": "8"}), nodes, resolver)
     assert plain.allowed and plain.warnings == ()
+
+
+def test_a_value_the_plan_cannot_hold_is_rendered_as_written_once_and_flagged() -> None:
+    gw = cluster()
+    gw.add(service({"--max-model-len": "auto"}))
+    controller(gw).reconcile("default", "llama-8b-chat")
+    args = engine_args(gw)
+    assert args.count("--max-model-len") == 1
+    assert args[args.index("--max-model-len") + 1] == "auto"
+    status = status_of(gw, "llama-8b-chat")
+    feasible = condition(status, "Feasible")
+    assert feasible["reason"] == "PlanOverridden"
+    assert "--max-model-len -1: the plan cannot model it" in feasible["message"]
+    (override,) = status["pools"][0]["plan"]["userOverrides"]
+    assert override["value"] == -1 and override["planned"] == 4096

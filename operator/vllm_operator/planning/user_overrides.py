@@ -67,6 +67,9 @@ class OverriddenPlan:
     overrides: tuple[UserOverride, ...] = ()
     problems: tuple[str, ...] = field(default=())
     """Why the plan no longer holds (empty: it holds, with figures recomputed if needed)."""
+    unplanned: frozenset[str] = frozenset()
+    """Planned fields the user set to a value the plan cannot hold (`--max-model-len auto`):
+    the renderer leaves the planner's value out and renders the user's flag as written."""
 
     @property
     def holds(self) -> bool:
@@ -118,15 +121,26 @@ def apply_user_values(
         for name, why in UNMODELLED_FIELDS.items()
         if name in values and not _same(values[name], _NEUTRAL.get(name))
     ]
+    unplanned: set[str] = set()
+    for name, value in list(changed.items()):
+        try:
+            PlannedArgs.model_validate({**planned.model_dump(), name: value})
+        except ValidationError as exc:
+            unplanned.add(name)
+            del changed[name]
+            problems.append(
+                f"{flags.get(name, name)} {value}: the plan cannot model it "
+                f"({exc.errors()[0]['msg']}); rendered as written, the figures assume "
+                f"{name} = {wire.get(name)}"
+            )
     if not changed:
-        return OverriddenPlan(plan=plan, problems=tuple(problems))
-    try:
-        args = PlannedArgs.model_validate({**planned.model_dump(), **changed})
-    except ValidationError as exc:
-        errors = "; ".join(f"{e['loc'][0]}: {e['msg']}" for e in exc.errors())
         return OverriddenPlan(
-            plan=plan, overrides=tuple(overrides), problems=(*problems, f"invalid value: {errors}")
+            plan=plan,
+            overrides=tuple(overrides),
+            problems=tuple(problems),
+            unplanned=frozenset(unplanned),
         )
+    args = PlannedArgs.model_validate({**planned.model_dump(), **changed})
     reasons = [
         f"{o.arg} = {o.value}: spec.vllm.extraArgs {o.flag} replaces the planned {o.planned} "
         "(allowPlannerOverride)"
@@ -169,7 +183,12 @@ def apply_user_values(
     updated = plan.model_copy(
         update={"engine_args": args, "memory": memory, "reasons": [*plan.reasons, *reasons]}
     )
-    return OverriddenPlan(plan=updated, overrides=tuple(overrides), problems=tuple(problems))
+    return OverriddenPlan(
+        plan=updated,
+        overrides=tuple(overrides),
+        problems=tuple(problems),
+        unplanned=frozenset(unplanned),
+    )
 
 
 def _recompute(

@@ -364,7 +364,9 @@ def _plan_group(
     # maxReplicas is refused with it); the controller hands the field over on the first apply.
     external = spec.scaling.mode == ScalingMode.EXTERNAL
     replicas = None if external else (effective.replicas or spec.replicas)
-    config = {**values, **{k: v for k, v in args.rendered().items() if v is not None}}
+    # A user value the plan cannot hold (--max-model-len auto) is rendered from extraArgs.
+    rendered = {k: None if k in overridden.unplanned else v for k, v in args.rendered().items()}
+    config = {**values, **{k: v for k, v in rendered.items() if v is not None}}
     violations = check_engine_rules(version, config, engine=result.engine)
     if violations:
         origins = {name: f"extraArgs {flag}" for name, flag in fields.items()}
@@ -381,7 +383,7 @@ def _plan_group(
     try:
         argv = engine_argv(
             spec.vllm.version,
-            args.rendered(),
+            rendered,
             spec.vllm.extra_args,
             allow_override=spec.vllm.allow_planner_override,
             served_model_name=spec.model.name if spec.model.source.pvc is not None else None,
