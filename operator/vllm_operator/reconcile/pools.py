@@ -369,8 +369,8 @@ def _plan_group(
     config = {**values, **{k: v for k, v in rendered.items() if v is not None}}
     violations = check_engine_rules(version, config, engine=result.engine)
     if violations:
-        origins = {name: f"extraArgs {flag}" for name, flag in fields.items()}
-        origins.update({k: "the plan" for k in args.rendered() if k not in origins})
+        origins = _origins(spec.vllm.extra_args, version)
+        origins.update({k: "the plan" for k in rendered if k not in origins})
         return PoolOutcome(
             gpu_type=group.product,
             product=group.product,
