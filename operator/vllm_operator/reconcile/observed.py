@@ -133,35 +133,59 @@ def measured_observation(
         max_num_batched_tokens=running.max_num_batched_tokens,
         kv_cache_tokens=observed,
         predicted_kv_cache_tokens=predicted,
-        deviation_percent=round((observed - predicted) / predicted * 100.0, 1)
-        if predicted
-        else None,
+        deviation_percent=_deviation(observed, predicted),
         observed_at=now,
         pods=len(reported),
     )
 
 
 def record_observation(old: Sequence[Observation], new: Observation) -> list[Observation]:
-    """`new` first, one entry per key, at most MAX_OBSERVATIONS (the oldest dropped).
+    """One entry per key, the changed one first, at most MAX_OBSERVATIONS (the oldest dropped).
 
-    An entry whose key and numbers did not change is kept as it was (its first time, its pod
-    count): a steady fleet writes nothing.
+    Per key the entry covers the most sequences and the largest prefill chunk measured: its
+    capacity is a lower bound for any run with less of either, so a pool re-planned to fewer
+    sequences still matches it (a plan that lowered max_num_seqs never flips back). A new
+    measurement at least as general replaces the capacity; a narrower one can only lower it.
+    An entry whose numbers did not change is kept as it was (its first time, its pod count):
+    a steady fleet writes nothing.
     """
     before = next((o for o in old if o.key == new.key), None)
-    if before is not None and (
-        before.kv_cache_tokens,
-        before.predicted_kv_cache_tokens,
-        before.max_num_seqs,
-        before.max_num_batched_tokens,
-    ) == (
-        new.kv_cache_tokens,
-        new.predicted_kv_cache_tokens,
-        new.max_num_seqs,
-        new.max_num_batched_tokens,
-    ):
-        return list(old)
+    merged = new
+    if before is not None:
+        general = new.max_num_seqs >= before.max_num_seqs and _chunk(new) >= _chunk(before)
+        merged = new.model_copy(
+            update={
+                "max_num_seqs": max(new.max_num_seqs, before.max_num_seqs),
+                "max_num_batched_tokens": None
+                if new.max_num_batched_tokens is None or before.max_num_batched_tokens is None
+                else max(new.max_num_batched_tokens, before.max_num_batched_tokens),
+                "kv_cache_tokens": new.kv_cache_tokens
+                if general
+                else min(new.kv_cache_tokens, before.kv_cache_tokens),
+            }
+        )
+        if not general:
+            merged = merged.model_copy(
+                update={
+                    "predicted_kv_cache_tokens": before.predicted_kv_cache_tokens,
+                    "deviation_percent": _deviation(
+                        merged.kv_cache_tokens, before.predicted_kv_cache_tokens
+                    ),
+                }
+            )
+        numbers = ("kv_cache_tokens", "max_num_seqs", "max_num_batched_tokens")
+        if all(getattr(merged, f) == getattr(before, f) for f in numbers):
+            return list(old)
     rest = [o for o in old if o.key != new.key]
-    return [new, *rest][:MAX_OBSERVATIONS]
+    return [merged, *rest][:MAX_OBSERVATIONS]
+
+
+def _chunk(obs: Observation) -> float:
+    return float("inf") if obs.max_num_batched_tokens is None else obs.max_num_batched_tokens
+
+
+def _deviation(observed: int, predicted: int | None) -> float | None:
+    return round((observed - predicted) / predicted * 100.0, 1) if predicted else None
 
 
 def planner_observations(
