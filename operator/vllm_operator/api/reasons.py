@@ -175,6 +175,24 @@ class Reason(StrEnum):
     TARGET_UNMET = "TargetUnmet", "The served concurrency or context is below the intent."
     TARGET_MET = "TargetMet", "The intent is served."
 
+    # PlanDeviation: the engine's measured KV capacity against the memory model's prediction
+    KV_CAPACITY_BELOW_PLAN = (
+        "KVCapacityBelowPlan",
+        "PlanDeviation=True: an engine holds fewer KV-cache tokens than the memory model "
+        "predicted, beyond the threshold; the pool is re-planned from the measured capacity "
+        "(a Warning Event when it turns True).",
+    )
+    KV_CAPACITY_ABOVE_PLAN = (
+        "KVCapacityAbovePlan",
+        "PlanDeviation=True: an engine holds more KV-cache tokens than predicted, beyond the "
+        "threshold; the plan uses the measured capacity.",
+    )
+    KV_CAPACITY_AS_PLANNED = (
+        "KVCapacityAsPlanned",
+        "PlanDeviation=False: every measured KV capacity is within the threshold of the "
+        "prediction.",
+    )
+
     # MetricsAvailable
     METRICS_OK = "MetricsOK", "Fresh vLLM metrics for every pool."
     METRICS_UNAVAILABLE = "MetricsUnavailable", "No Prometheus, or no fresh vLLM series at all."

@@ -32,6 +32,12 @@ class MemoryBreakdown(ApiModel):
     cuda_graph_gib: float = Field(alias="cudaGraphGiB", description="Captured CUDA graphs.")
     kv_cache_gib: float = Field(alias="kvCacheGiB", description="Memory left for the KV cache.")
     kv_cache_tokens: int = Field(description="Tokens the KV cache holds.")
+    predicted_kv_cache_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="The memory model's own prediction, set only when kvCacheTokens is the "
+        "engine's measured capacity (status.observations): the plan learned from the fleet.",
+    )
     concurrency_at_p99: float = Field(
         alias="concurrencyAtP99", description="Sequences of p99ContextTokens the KV cache holds."
     )
@@ -169,6 +175,62 @@ class ObservedCapacity(ApiModel):
     )
 
 
+MAX_OBSERVATIONS = 16
+"""Observations kept in status.observations, newest first (bounded: status is one object)."""
+
+
+class ObservationKey(ApiModel):
+    """What decides the KV capacity vLLM allocates: the same key, the same capacity.
+
+    max_num_seqs and max_num_batched_tokens are not part of it: fewer sequences (fewer CUDA graphs
+    to capture) or a smaller prefill chunk (a smaller profiling peak) never leave vLLM less KV
+    cache, so an observation also holds, as a lower bound, for a plan with less of either.
+    """
+
+    model: str = Field(description="spec.model.name.")
+    revision: str | None = Field(default=None, description="spec.model.revision (absent: main).")
+    gpu_type: str = Field(description="GPU Feature Discovery product label of the pool.")
+    vllm_version: str = Field(description="The vLLM version the engine ran.")
+    tensor_parallel_size: int = Field(ge=1, description="tensor_parallel_size.")
+    max_model_len: int = Field(ge=1, description="max_model_len.")
+    gpu_memory_utilization: float = Field(gt=0, le=1, description="gpu_memory_utilization.")
+    block_size: int | None = Field(default=None, ge=1, description="block_size.")
+    kv_cache_dtype: str = Field(default="auto", description="kv_cache_dtype.")
+    dtype: str = Field(default="auto", description="dtype (as planned: bfloat16, float16, ...).")
+    quantization: str | None = Field(default=None, description="quantization (absent: none).")
+    enforce_eager: bool = Field(default=False, description="enforce_eager.")
+
+
+class Observation(ApiModel):
+    """The KV capacity one engine configuration really got, kept across plan changes.
+
+    The planner uses it for this key instead of its memory model (docs/planning-model.md,
+    "Learning from the fleet").
+    """
+
+    key: ObservationKey = Field(description="The configuration the engine ran.")
+    max_num_seqs: int = Field(ge=1, description="max_num_seqs the engine ran with.")
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="max_num_batched_tokens the engine ran with."
+    )
+    kv_cache_tokens: int = Field(
+        ge=1, description="Tokens the engine's KV cache holds (the smallest pod's)."
+    )
+    predicted_kv_cache_tokens: int | None = Field(
+        default=None, ge=0, description="What the memory model predicted for this key."
+    )
+    deviation_percent: float | None = Field(
+        default=None,
+        description="(observed - predicted) / predicted x 100, one decimal: the memory model's "
+        "error for this key.",
+    )
+    observed_at: datetime = Field(description="When this capacity was first measured.")
+    pods: int = Field(default=1, ge=1, description="Pods whose engine reported it.")
+    source: str = Field(
+        default="vllm:cache_config_info", description="Where the engine's capacity was read."
+    )
+
+
 class PoolFailure(ApiModel):
     """Why a pool's pods do not run clean: the crash the classifier read, or a stalled startup.
 
@@ -260,7 +322,8 @@ class VLLMServiceStatus(ApiModel):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, Feasible, Progressing, Degraded, MemoryPressure, MetricsAvailable.",
+        description="Ready, Feasible, Progressing, Degraded, MemoryPressure, MetricsAvailable, "
+        "TargetUnmet, PlanDeviation.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     gpu_pools: str | None = Field(
@@ -284,4 +347,11 @@ class VLLMServiceStatus(ApiModel):
     )
     history: list[HistoryEntry] = Field(
         default_factory=list, max_length=50, description="The last remediation steps (at most 50)."
+    )
+    observations: list[Observation] = Field(
+        default_factory=list,
+        max_length=MAX_OBSERVATIONS,
+        description="KV capacity the engines measured, one per configuration (key), newest "
+        f"first, at most {MAX_OBSERVATIONS}; kept across plan changes and used by the planner "
+        "when it plans the same configuration again.",
     )

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.api.spec import ScalingMode
-from vllm_operator.api.status import Override
+from vllm_operator.api.status import Observation, Override
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError
 from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
@@ -34,6 +34,7 @@ from vllm_operator.reconcile.inventory import (
     gpu_facts,
     match_groups,
 )
+from vllm_operator.reconcile.observed import planner_observations
 from vllm_operator.remediation.overrides import effective_args
 from vllm_operator.rendering.args import (
     ArgsRejected,
@@ -221,10 +222,13 @@ def plan_pools(
     measured_free_mib: dict[str, float] | None = None,
     overrides: Sequence[Override] = (),
     plans: PlanCache | None = None,
+    observations: Sequence[Observation] = (),
 ) -> list[PoolOutcome]:
     """Plan every allowed GPU type; types without nodes become NoMatchingNodes pools.
 
     `plans`: the controller's PlanCache (the CLI plans once and needs none).
+    `observations`: status.observations, the KV capacities the engines measured; each pool's
+    planner gets those of its GPU type and the service's model (learning from the fleet).
 
     A type whose nodes are all cordoned or NotReady is still planned from their hardware: it
     is unavailable (`PoolOutcome.unavailable`), never infeasible.
@@ -283,6 +287,7 @@ def plan_pools(
                 measured_free_mib,
                 overrides,
                 plans or PlanCache(maxsize=0),
+                observations,
             )
         )
     order = {g: i for i, g in enumerate(spec.placement.gpu_types)}
@@ -297,6 +302,7 @@ def _plan_group(
     measured_free_mib: dict[str, float] | None,
     overrides: Sequence[Override],
     plans: PlanCache,
+    observations: Sequence[Observation] = (),
 ) -> PoolOutcome:
     service, spec = prepared.service, prepared.service.spec
     name = deployment_name(service.name, group.product)
@@ -308,7 +314,13 @@ def _plan_group(
         if group.schedulable_nodes
         else f"no schedulable node of {group.product}: " + ", ".join(group.unavailable_nodes)
     )
-    intent = prepared.intent.model_copy(update={"max_gpus_per_replica": cap})
+    # The observations are part of the intent, hence of the plan cache's key.
+    intent = prepared.intent.model_copy(
+        update={
+            "max_gpus_per_replica": cap,
+            "observations": planner_observations(spec, group.product, observations),
+        }
+    )
     measured = (measured_free_mib or {}).get(group.product)
     result = plans.plan(
         intent,
