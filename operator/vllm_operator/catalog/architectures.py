@@ -31,6 +31,7 @@ class QuantMethod(StrEnum):
     FBGEMM_FP8 = "fbgemm_fp8"
     COMPRESSED_TENSORS = "compressed-tensors"
     MXFP4 = "mxfp4"
+    NVFP4 = "modelopt_fp4"
     INT8 = "int8"
 
 
@@ -41,6 +42,8 @@ _QUANT_ALIASES = {
     "bnb": QuantMethod.BITSANDBYTES,
     "compressed_tensors": QuantMethod.COMPRESSED_TENSORS,
     "modelopt": QuantMethod.FP8,
+    "nvfp4": QuantMethod.NVFP4,
+    "modelopt_mixed": QuantMethod.FP8,
     "experts_int8": QuantMethod.INT8,
 }
 
@@ -57,6 +60,15 @@ def parse_quant_method(text: str | None) -> QuantMethod:
     except ValueError:
         accepted = ", ".join(m.value for m in QuantMethod)
         raise ValueError(f"unsupported quantization {text!r}; accepted: {accepted}") from None
+
+
+class LinearKind(StrEnum):
+    """The fixed-state layer of a hybrid model, by vLLM's state-shape helper
+    (model_executor/layers/mamba/mamba_utils.py MambaStateShapeCalculator)."""
+
+    GATED_DELTA_NET = "gated_delta_net"  # Qwen3-Next, Qwen3.5, Qwen3.6
+    MAMBA2 = "mamba2"  # Granite-4.0-H, Falcon-H1, Nemotron-H, Bamba
+    MAMBA1 = "mamba1"  # Jamba
 
 
 class Quantization(BaseModel):
@@ -77,6 +89,17 @@ class Quantization(BaseModel):
         description="Only MLP projections are quantised (Meta's fbgemm FP8 405B keeps attention).",
     )
     unquantized_mlp_layers: int = 0
+    dense_bits: float | None = Field(
+        default=None,
+        description="Bits of the quantised layers other than routed experts, when they differ "
+        "(modelopt MIXED_PRECISION: experts NVFP4, the rest FP8).",
+    )
+
+    def dense_bytes_per_param(self) -> float:
+        """Stored bytes per parameter of quantised non-expert layers."""
+        if self.dense_bits is None:
+            return self.bytes_per_param()
+        return self.dense_bits / 8.0
 
     def bytes_per_param(self) -> float:
         """Stored bytes per quantised parameter, scales and zero points included."""
@@ -87,6 +110,11 @@ class Quantization(BaseModel):
             return base + (1.0 / 64 + 4.0 / (64 * 256) if self.double_quant else 4.0 / 64)
         if self.method is QuantMethod.MXFP4:
             return base + 1.0 / (self.group_size or 32)  # one E8M0 scale per 32 weights
+        if self.method is QuantMethod.NVFP4:
+            # NVFP4: E2M1 values plus one FP8 (E4M3) scale per 16 weights = 4.5 bits; the
+            # per-tensor fp32 global scales are below 0.01 % (modelopt_fp4 create_weights:
+            # weight [N, K/2] uint8, weight_scale [N, K/16] float8_e4m3fn).
+            return base + 1.0 / (self.group_size or 16)
         if self.group_size:
             scale = 2.0 / self.group_size  # fp16/bf16 scale per group
             zeros = (self.bits / 8.0) / self.group_size if self.zero_point else 0.0
@@ -131,10 +159,40 @@ class Architecture(BaseModel):
     sliding_window_layers: int = Field(
         default=0, description="Layers that use the sliding window (V1 groups them apart)."
     )
+    # hybrid attention + linear attention / state-space layers (Qwen3-Next, Qwen3.5/3.6,
+    # Granite-4.0-H, Falcon-H1, Jamba): only `full_attention_layers` hold per-token KV, the
+    # `linear_layers` hold one fixed state per sequence (see planning/memory.py hybrid_layout).
+    linear_layers: int = Field(default=0, ge=0)
+    linear_kind: LinearKind | None = None
+    linear_num_key_heads: int | None = None
+    linear_num_value_heads: int | None = None
+    linear_key_head_dim: int | None = None
+    linear_value_head_dim: int | None = None
+    linear_conv_kernel_dim: int | None = None
+    mamba_intermediate_size: int | None = None
+    mamba_num_heads: int | None = None
+    mamba_head_dim: int | None = None
+    mamba_n_groups: int | None = None
+    mamba_d_state: int | None = None
+    mamba_ssm_dtype: str | None = Field(
+        default=None, description="Recurrent-state dtype the config asks for (mamba_ssm_dtype)."
+    )
+    attn_output_gate: bool = Field(
+        default=False, description="q_proj also emits a sigmoid gate (Qwen3-Next / Qwen3.5)."
+    )
     quantization: Quantization | None = None
     vision_params: int = Field(default=0, ge=0, description="Vision tower, replicated per rank.")
     num_parameters: int | None = Field(default=None, description="Exact count when known.")
     source: str = ""
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Some layers keep a fixed per-sequence state instead of per-token KV."""
+        return self.linear_layers > 0 and self.linear_kind is not None
+
+    @property
+    def full_attention_layers(self) -> int:
+        return self.num_hidden_layers - (self.linear_layers if self.is_hybrid else 0)
 
     @property
     def is_mla(self) -> bool:
@@ -150,7 +208,9 @@ class Architecture(BaseModel):
 
     @property
     def kind(self) -> str:
-        """dense | GQA | MoE | MLA: the families the benchmark must answer."""
+        """dense | GQA | MoE | MLA | hybrid: the families the benchmark must answer."""
+        if self.is_hybrid:
+            return "hybrid"
         if self.is_mla:
             return "MLA"
         if self.is_moe:
@@ -204,6 +264,19 @@ def _quantization_from_config(qc: dict[str, Any] | None) -> Quantization | None:
     if method is QuantMethod.COMPRESSED_TENSORS and bits is None:
         bits = _compressed_tensors_bits(qc)
         group = group or _compressed_tensors_group(qc)
+    dense_bits: float | None = None
+    if method is QuantMethod.FP8 and str(qc.get("quant_method", "")).lower() == "modelopt":
+        # modelopt names its format in quant_algo: FP8, NVFP4, or MIXED_PRECISION with
+        # per-layer formats (config_groups of fp8 and 4-bit float weights).
+        algo = str(qc.get("quant_algo") or "FP8").upper()
+        if "FP4" in algo:
+            method, group = QuantMethod.NVFP4, group or 16
+        elif algo == "MIXED_PRECISION" and _compressed_tensors_bits(qc, lowest=True) == 4:
+            method, group, dense_bits = QuantMethod.NVFP4, 16, 8.0
+    if method is QuantMethod.COMPRESSED_TENSORS and _is_nvfp4_group(qc):
+        method, group = QuantMethod.NVFP4, 16  # nvfp4-pack-quantized: fp8 scale per 16
+    if method is QuantMethod.NVFP4:
+        bits = 4
     if method in (QuantMethod.FP8, QuantMethod.FBGEMM_FP8):
         bits = 8
     if method is QuantMethod.MXFP4:
@@ -216,16 +289,31 @@ def _quantization_from_config(qc: dict[str, Any] | None) -> Quantization | None:
         experts_only=targets == "experts" or method is QuantMethod.MXFP4,
         mlp_only=method is QuantMethod.FBGEMM_FP8,
         unquantized_mlp_layers=2 if method is QuantMethod.FBGEMM_FP8 else 0,
+        dense_bits=dense_bits,
     )
 
 
-def _compressed_tensors_bits(qc: dict[str, Any]) -> int:
-    groups = qc.get("config_groups") or {}
-    for group in groups.values():
+def _compressed_tensors_bits(qc: dict[str, Any], *, lowest: bool = False) -> int:
+    """num_bits of the first weight group (or the lowest over all groups)."""
+    found = [
+        int(((group or {}).get("weights") or {})["num_bits"])
+        for group in (qc.get("config_groups") or {}).values()
+        if ((group or {}).get("weights") or {}).get("num_bits")
+    ]
+    if not found:
+        return 8
+    return min(found) if lowest else found[0]
+
+
+def _is_nvfp4_group(qc: dict[str, Any]) -> bool:
+    """A compressed-tensors group of 4-bit floats in groups of 16 is NVFP4 (fp8 scales)."""
+    if "nvfp4" in str(qc.get("format", "")).lower():
+        return True
+    for group in (qc.get("config_groups") or {}).values():
         weights = (group or {}).get("weights") or {}
-        if weights.get("num_bits"):
-            return int(weights["num_bits"])
-    return 8
+        if weights.get("num_bits") == 4 and weights.get("type") == "float":
+            return True
+    return False
 
 
 def _compressed_tensors_group(qc: dict[str, Any]) -> int | None:
@@ -258,6 +346,59 @@ def _sliding_layers(cfg: dict[str, Any], layers: int) -> int:
     return layers  # Mistral-v0.1 style: every layer windowed
 
 
+def _hybrid_fields(cfg: dict[str, Any], layers: int, hidden: int) -> dict[str, Any]:
+    """The fixed-state layers of a hybrid model, read the way vLLM's model classes read them
+    (get_mamba_state_shape_from_config in qwen3_next.py / qwen3_5.py, granitemoehybrid.py,
+    jamba.py of vLLM 0.33.0). Empty for a pure-attention model.
+    """
+    model_type = str(cfg.get("model_type", ""))
+    layer_types = cfg.get("layer_types")
+    types = [str(t) for t in layer_types] if isinstance(layer_types, list) else []
+    if cfg.get("linear_num_value_heads"):
+        if types:
+            linear = sum(1 for t in types if t == "linear_attention")
+        else:
+            # Qwen3-Next leaves layer_types unset: every full_attention_interval-th layer is
+            # full attention (Qwen3NextConfig: (i + 1) % interval == 0).
+            interval = int(cfg.get("full_attention_interval") or 4)
+            linear = layers - layers // interval
+        gate = cfg.get("attn_output_gate")
+        return {
+            "linear_layers": linear,
+            "linear_kind": LinearKind.GATED_DELTA_NET,
+            "linear_num_key_heads": cfg.get("linear_num_key_heads"),
+            "linear_num_value_heads": cfg.get("linear_num_value_heads"),
+            "linear_key_head_dim": cfg.get("linear_key_head_dim"),
+            "linear_value_head_dim": cfg.get("linear_value_head_dim"),
+            "linear_conv_kernel_dim": cfg.get("linear_conv_kernel_dim") or 4,
+            "mamba_ssm_dtype": cfg.get("mamba_ssm_dtype"),
+            # vLLM qwen3_next.py: getattr(config, "attn_output_gate", True)
+            "attn_output_gate": bool(gate) if gate is not None else True,
+        }
+    if model_type == "granitemoehybrid" and "mamba" in types:
+        return {
+            "linear_layers": sum(1 for t in types if t == "mamba"),
+            "linear_kind": LinearKind.MAMBA2,
+            "mamba_intermediate_size": int(cfg.get("mamba_expand") or 2) * hidden,
+            "mamba_num_heads": cfg.get("mamba_n_heads"),
+            "mamba_head_dim": cfg.get("mamba_d_head"),
+            "mamba_n_groups": cfg.get("mamba_n_groups") or 1,
+            "mamba_d_state": cfg.get("mamba_d_state"),
+            "linear_conv_kernel_dim": cfg.get("mamba_d_conv") or 4,
+        }
+    if model_type == "jamba":
+        period = int(cfg.get("attn_layer_period") or 8)
+        offset = int(cfg.get("attn_layer_offset") or 4)
+        return {
+            "linear_layers": sum(1 for i in range(layers) if i % period != offset),
+            "linear_kind": LinearKind.MAMBA1,
+            "mamba_intermediate_size": int(cfg.get("mamba_expand") or 2) * hidden,
+            "mamba_d_state": cfg.get("mamba_d_state") or 16,
+            "linear_conv_kernel_dim": cfg.get("mamba_d_conv") or 4,
+        }
+    return {}
+
+
 def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> Architecture:
     """Read a Hugging Face config.json (dict). Multimodal configs use their text_config.
 
@@ -275,6 +416,8 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
     model_type = str(merged.get("model_type") or "unknown")
     if inter is None and model_type in ("phi", "gpt2", "opt") and hidden is not None:
         inter = 4 * int(hidden)
+    if inter is None and merged.get("num_experts"):
+        inter = merged.get("moe_intermediate_size")  # every layer routed (Qwen3.5-MoE text)
     missing = [
         key
         for key, value in (
@@ -300,6 +443,9 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         cfg.get("quantization_config") or merged.get("quantization_config")
     )
     dtype = str(_first(merged, "torch_dtype", "dtype") or "bfloat16").split()[0]
+    hybrid = _hybrid_fields(merged, int(layers), int(hidden))
+    if hybrid and merged.get("linear_layers") is not None:
+        hybrid["linear_layers"] = int(merged["linear_layers"])
     return Architecture(
         name=name,
         model_type=model_type,
@@ -336,6 +482,7 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         vision_params=int(merged.get("vision_params") or 0),
         num_parameters=merged.get("num_parameters"),
         source=source,
+        **hybrid,
     )
 
 

@@ -17,7 +17,12 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vllm_operator.catalog.architectures import Architecture, Quantization, QuantMethod
+from vllm_operator.catalog.architectures import (
+    Architecture,
+    LinearKind,
+    Quantization,
+    QuantMethod,
+)
 from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.versions import (
     DEFAULT_VLLM_VERSION,
@@ -222,7 +227,7 @@ def _attention_params(arch: Architecture, tp: int) -> tuple[float, float]:
         split = q + lora * heads * (nope + v) + heads * v * h
         return split / tp, float(replicated)
     hd = arch.head_dim
-    q = h * arch.num_attention_heads * hd
+    q = h * arch.num_attention_heads * hd * (2 if arch.attn_output_gate else 1)
     kv_heads_rank = max(1, arch.num_key_value_heads // tp)
     kv = 2 * h * kv_heads_rank * hd  # replicated when tp > kv heads
     o = arch.num_attention_heads * hd * h
@@ -230,6 +235,56 @@ def _attention_params(arch: Architecture, tp: int) -> tuple[float, float]:
         (arch.num_attention_heads * hd) / tp + 2 * kv_heads_rank * hd if arch.attention_bias else 0
     )
     return (q + o) / tp + kv + bias, 0.0
+
+
+def is_full_attention_layer(arch: Architecture, layer: int) -> bool:
+    """Whether layer `layer` of a hybrid holds per-token KV. The full-attention layers are
+    spread evenly (every 4th layer of Qwen3-Next / Qwen3.5: (i + 1) % 4 == 0); only the split
+    across pipeline stages depends on where they sit."""
+    if not arch.is_hybrid:
+        return True
+    full, layers = arch.full_attention_layers, arch.num_hidden_layers
+    return (layer + 1) * full // layers > layer * full // layers
+
+
+def _linear_layer_params(arch: Architecture, tp: int) -> float:
+    """Parameters per rank of one fixed-state layer (all projections column/row sharded).
+
+    Gated DeltaNet (vLLM qwen3_next.py Qwen3NextGatedDeltaNet): in_proj_qkvz + in_proj_ba
+    (hidden x (2 key + 2 value widths + 2 value heads)), conv1d over q, k and v, A_log and
+    dt_bias per value head, out_proj. Mamba2 (mamba_mixer2.py): in_proj hidden x (2 I + 2 G N
+    + H), conv1d over x, B, C, dt_bias / A / D per head, gated norm, out_proj. Mamba1
+    (mamba_mixer.py): in_proj hidden x 2 I, conv1d, x_proj I x (dt_rank + 2 N), dt_proj,
+    A (I x N), D, out_proj.
+    """
+    h = arch.hidden_size
+    k = arch.linear_conv_kernel_dim or 4
+    if arch.linear_kind is LinearKind.GATED_DELTA_NET:
+        nk, nv = arch.linear_num_key_heads or 16, arch.linear_num_value_heads or 32
+        kd = nk * (arch.linear_key_head_dim or 128)
+        vd = nv * (arch.linear_value_head_dim or 128)
+        conv_dim = 2 * kd + vd
+        total = h * (2 * kd + 2 * vd + 2 * nv) + conv_dim * k + vd * h + 2 * nv
+        return total / tp + (arch.linear_value_head_dim or 128)
+    inter = arch.mamba_intermediate_size or 2 * h
+    state = arch.mamba_d_state or 128
+    if arch.linear_kind is LinearKind.MAMBA2:
+        groups, heads = arch.mamba_n_groups or 1, arch.mamba_num_heads or 128
+        conv_dim = inter + 2 * groups * state
+        total = h * (2 * inter + 2 * groups * state + heads) + conv_dim * (k + 1) + 3 * heads
+        return (total + inter + inter * h) / tp
+    dt_rank = -(-h // 16)
+    total = (
+        h * 2 * inter
+        + inter * (k + 1)
+        + inter * (dt_rank + 2 * state)
+        + dt_rank * inter
+        + inter
+        + inter * state
+        + inter
+        + inter * h
+    )
+    return total / tp
 
 
 def _mlp_params(arch: Architecture, layer: int, tp: int) -> tuple[float, float, float]:
@@ -309,9 +364,12 @@ def weights_bytes(
     layers = _layers_per_stage(arch.num_hidden_layers, pp)
     first = sum(layers[:stage])
     q_bytes = quant.bytes_per_param() if quant else unq
+    dense_q_bytes = quant.dense_bytes_per_param() if quant else unq
     total = 0.0
     for layer in range(first, first + layers[stage]):
         attn_split, attn_rep = _attention_params(arch, tp)
+        if not is_full_attention_layer(arch, layer):
+            attn_split, attn_rep = _linear_layer_params(arch, tp), 0.0
         routed, other_mlp, mlp_rep = _mlp_params(arch, layer, tp)
         attn_b = mlp_b = routed_b = float(unq)
         if quant is not None:
@@ -324,8 +382,8 @@ def weights_bytes(
             )
             routed_b = q_bytes if mlp_quantised else unq
             if not quant.experts_only:
-                mlp_b = q_bytes if mlp_quantised else unq
-                attn_b = unq if quant.mlp_only else q_bytes
+                mlp_b = dense_q_bytes if mlp_quantised else unq
+                attn_b = unq if quant.mlp_only else dense_q_bytes
         if mxfp4 and routed:
             # expert tensors at the padded shape, plus bf16 biases w13 [E, 2I] and w2 [E, H]
             # (mxfp4.py create_weights registers w13_bias / w2_bias in torch.bfloat16)
@@ -356,12 +414,145 @@ def weights_bytes(
 
 def kv_bytes_per_token(arch: Architecture, *, tp: int, layers: int, kv_dtype_bytes: int) -> int:
     """DM §2: GQA replicates KV heads when TP exceeds them; MLA caches one latent per token,
-    not divided by TP."""
+    not divided by TP. Of a hybrid's `layers`, only the full-attention share holds KV."""
+    if arch.is_hybrid:
+        layers = round(layers * arch.full_attention_layers / arch.num_hidden_layers)
     if arch.is_mla:
         width = (arch.kv_lora_rank or 512) + (arch.qk_rope_head_dim or 64)
         return layers * width * kv_dtype_bytes
     heads = max(1, arch.num_key_value_heads // tp)
     return 2 * layers * heads * arch.head_dim * kv_dtype_bytes
+
+
+# ------------------------------------------------------------------------ hybrid state pages
+
+# Smallest kernel block of the attention backends a hybrid runs with on CUDA (FlashAttention,
+# FlashInfer, Triton: get_supported_kernel_block_sizes() -> MultipleOf(16) / [16, 32, 64]);
+# vLLM 0.11.0 hard-codes the same 16 (HybridAttentionMambaModelConfig).
+HYBRID_KERNEL_BLOCK = 16
+# FlashInfer's GDN prefill exports state checkpoints every 64 tokens
+# (v1/attention/backends/gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT). In align mode the
+# block is a multiple of it and each state group keeps one checkpoint block per sequence
+# (qwen_gdn_linear_attn.py get_kv_cache_spec: num_prefill_checkpoint_blocks=1). Present in the
+# 0.33.0 source; vLLM 0.24 on an RTX 5090 still aligned to 16 with 2 blocks (row 54), so the
+# checkpoint is modelled from 0.33 on.
+GDN_CHECKPOINT_ALIGNMENT = 64
+GDN_CHECKPOINT_FROM = "0.33.0"
+# Prefix caching is on by default for hybrids (ModelConfig.is_prefix_caching_supported: 'hybrid'
+# -> True, 0.33.0), which puts the state in 'align' mode: two state blocks per sequence
+# (MambaSpec.max_memory_usage_bytes). vLLM 0.11.0 turned prefix caching off for hybrids
+# (MambaModelConfig: 'disabling prefix caching'): one block. Mamba prefix caching arrived after
+# 0.11 (vllm#25752); the switch is placed at 0.12, which errs low on tokens if it came later.
+HYBRID_PREFIX_CACHING_FROM = "0.12.0"
+
+
+class HybridLayout(BaseModel):
+    """How vLLM V1 lays out a hybrid model's KV cache on one rank (sizes in bytes)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    block_size: int
+    attention_page_per_token: int
+    state_page: int
+    group_size: int
+    attention_groups: int
+    state_groups: int
+    state_blocks_per_seq: int
+    bytes_per_block: int
+
+    def blocks_per_request(self, max_model_len: int) -> int:
+        """vLLM's get_max_concurrency_for_kv_cache_config: per group, cdiv(max memory of one
+        request, page), summed over the groups that share one block pool."""
+        attention = -(-max_model_len // self.block_size)
+        return self.attention_groups * attention + self.state_groups * self.state_blocks_per_seq
+
+
+def state_page_bytes(arch: Architecture, *, tp: int, model_dtype: str, spec_tokens: int = 0) -> int:
+    """Bytes of one sequence's state in one fixed-state layer (vLLM MambaSpec.page_size_bytes
+    before padding): conv state + recurrent state, shapes from mamba_utils.py
+    MambaStateShapeCalculator (gated_delta_net_state_shape, mamba2_state_shape,
+    mamba1_state_shape) divided by TP. The conv state is in the model dtype (mamba_cache_dtype
+    'auto'); the recurrent state in mamba_ssm_dtype when the config names one (Qwen3.5 / 3.6:
+    float32, models/config.py Qwen3_5ForConditionalGenerationConfig), else the model dtype.
+    """
+    conv_b = dtype_bytes(model_dtype)
+    ssm_b = dtype_bytes(arch.mamba_ssm_dtype) if arch.mamba_ssm_dtype else conv_b
+    k = arch.linear_conv_kernel_dim or 4
+    if arch.linear_kind is LinearKind.GATED_DELTA_NET:
+        nk, nv = arch.linear_num_key_heads or 16, arch.linear_num_value_heads or 32
+        dk, dv = arch.linear_key_head_dim or 128, arch.linear_value_head_dim or 128
+        conv = (2 * nk * dk + nv * dv) // tp * (k - 1 + spec_tokens)
+        return conv * conv_b + nv // tp * dv * dk * ssm_b
+    inter = arch.mamba_intermediate_size or 2 * arch.hidden_size
+    state = arch.mamba_d_state or 128
+    if arch.linear_kind is LinearKind.MAMBA2:
+        groups = arch.mamba_n_groups or 1
+        if groups % tp:
+            groups += tp - groups  # extra_groups_for_head_shards
+        conv = (inter + 2 * groups * state) // tp * (k - 1 + spec_tokens)
+        heads = arch.mamba_num_heads or 128
+        return conv * conv_b + heads // tp * (arch.mamba_head_dim or 64) * state * ssm_b
+    return inter // tp * (k - 1) * conv_b + inter // tp * state * ssm_b
+
+
+def hybrid_layout(
+    arch: Architecture,
+    *,
+    tp: int,
+    layers: int,
+    kv_dtype_bytes: int,
+    model_dtype: str,
+    block_size: int,
+    version: VllmVersion,
+    compute_capability: tuple[int, int] | None,
+) -> HybridLayout:
+    """The attention block size and the shared block pool of a hybrid on one rank.
+
+    Block size: Platform._align_hybrid_block_size (vLLM 0.33.0 platforms/interface.py; 0.11.0
+    HybridAttentionMambaModelConfig.verify_and_update_config): the attention block is raised to
+    the smallest multiple of the kernel alignment whose page (block x one token's KV in one
+    layer) holds one state page, and the state page is padded to exactly that size.
+    Pool: kv_cache_planning._get_kv_cache_groups_uniform_page_size: layers of each type are cut
+    into groups of the smaller type's count (the larger count when it is < 1.5x the smaller);
+    one block holds one page of every layer in a group, so bytes per block = group size x page.
+    """
+    full = round(layers * arch.full_attention_layers / arch.num_hidden_layers)
+    linear = layers - full
+    heads = max(1, arch.num_key_value_heads // tp)
+    attn_token = 2 * heads * arch.head_dim * kv_dtype_bytes
+    state = state_page_bytes(arch, tp=tp, model_dtype=model_dtype)
+    align_mode = version.at_least(HYBRID_PREFIX_CACHING_FROM)
+    checkpoint = (
+        align_mode
+        and arch.linear_kind is LinearKind.GATED_DELTA_NET
+        and version.at_least(GDN_CHECKPOINT_FROM)
+        and compute_capability is not None
+        and compute_capability >= (9, 0)
+        and (compute_capability[0] == 9 or (arch.linear_key_head_dim or 128) == 128)
+    )
+    # kernel_block_alignment_size = max(smallest kernel block, cache block_size) (0.33.0)
+    alignment = max(HYBRID_KERNEL_BLOCK, block_size) if align_mode else HYBRID_KERNEL_BLOCK
+    if checkpoint:
+        alignment = math.lcm(alignment, GDN_CHECKPOINT_ALIGNMENT)
+    needed = alignment * -(-state // (alignment * attn_token))
+    block = max(block_size, needed)
+    page = block * attn_token
+    if full == 0 or linear == 0:
+        group = max(full, linear, 1)
+    else:
+        group = min(full, linear)
+        if max(full, linear) < 1.5 * group:
+            group = max(full, linear)
+    return HybridLayout(
+        block_size=block,
+        attention_page_per_token=attn_token,
+        state_page=state,
+        group_size=group,
+        attention_groups=-(-full // group),
+        state_groups=-(-linear // group),
+        state_blocks_per_seq=(2 + (1 if checkpoint else 0)) if align_mode else 1,
+        bytes_per_block=group * page,
+    )
 
 
 # ----------------------------------------------------------------------------------- activation
@@ -495,9 +686,12 @@ def resolve_quantization(arch: Architecture, requested: str | None) -> Quantizat
         raise PlanningInputError("quantization", str(exc)) from None
     if method is QuantMethod.NONE:
         return arch.quantization
+    modelopt = (requested or "").strip().lower() == "modelopt"
     if arch.quantization is not None:
-        same = arch.quantization.method is method or (
-            {arch.quantization.method, method} <= {QuantMethod.FP8, QuantMethod.FBGEMM_FP8}
+        same = (
+            arch.quantization.method is method
+            or (modelopt and arch.quantization.method in (QuantMethod.FP8, QuantMethod.NVFP4))
+            or ({arch.quantization.method, method} <= {QuantMethod.FP8, QuantMethod.FBGEMM_FP8})
         )
         if not same and method is not QuantMethod.COMPRESSED_TENSORS:
             raise PlanningInputError(
@@ -643,6 +837,24 @@ def resolve_args(
             f"{args.block_size} is not accepted by vLLM {version.text}; accepted: "
             f"{', '.join(map(str, allowed))}",
         )
+    if arch.is_hybrid:
+        layout = hybrid_layout(
+            arch,
+            tp=tp,
+            layers=arch.num_hidden_layers,
+            kv_dtype_bytes=1 if kv_dtype in KV_DTYPES_FP8 else dtype_bytes(dtype),
+            model_dtype=dtype,
+            block_size=block,
+            version=version,
+            compute_capability=gpu.compute_capability,
+        )
+        if layout.block_size != block:
+            notes.append(
+                f"hybrid model: vLLM raises the attention block size to {layout.block_size} "
+                f"tokens so that one attention page holds one {layout.state_page:,}-byte state "
+                "page"
+            )
+            block = layout.block_size
     util = args.gpu_memory_utilization or sem.default_gpu_memory_utilization
     resolved = ResolvedArgs(
         tensor_parallel_size=tp,
@@ -690,6 +902,8 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
     nt = non_torch_gib(sem, resolved, gpu.compute_capability)
     stages = _layers_per_stage(arch.num_hidden_layers, pp)
     best: tuple[int, float, float, float, float, int] | None = None
+    best_layout: HybridLayout | None = None
+    layout: HybridLayout | None = None
     for stage, layers in enumerate(stages):
         w = (
             weights_bytes(
@@ -709,12 +923,34 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         cg = cuda_graph_gib(arch, resolved, layers)
         kv = budget - w - act - nt - (cg if sem.subtracts_cuda_graphs else 0.0)
         per_token = kv_bytes_per_token(arch, tp=tp, layers=layers, kv_dtype_bytes=kv_b)
-        blocks = max(0, math.floor(kv * GIB / (resolved.block_size * per_token)))
+        if arch.is_hybrid:
+            layout = hybrid_layout(
+                arch,
+                tp=tp,
+                layers=layers,
+                kv_dtype_bytes=kv_b,
+                model_dtype=resolved.dtype,
+                block_size=resolved.block_size,
+                version=VllmVersion.parse(resolved.vllm_version),
+                compute_capability=gpu.compute_capability,
+            )
+            blocks = max(0, math.floor(kv * GIB / layout.bytes_per_block))
+        else:
+            blocks = max(0, math.floor(kv * GIB / (resolved.block_size * per_token)))
         if best is None or blocks < best[5]:
             best = (per_token, w, act, cg, kv, blocks)
+            best_layout = layout
     assert best is not None
     per_token, w, act, cg, kv, blocks = best
     tokens = blocks * resolved.block_size
+    concurrency = tokens / resolved.max_model_len
+    if arch.is_hybrid:
+        # vLLM reports int(concurrency x max_model_len), concurrency = blocks / blocks per
+        # request over all groups (kv_cache_utils.get_kv_cache_capacity): the state pages a
+        # sequence pins count against the same pool as its attention pages.
+        assert best_layout is not None
+        concurrency = blocks / best_layout.blocks_per_request(resolved.max_model_len)
+        tokens = int(concurrency * resolved.max_model_len)
     if (
         pp > 1
         and sem.engine is Engine.V0
@@ -771,7 +1007,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         kv_bytes_per_token=per_token,
         kv_cache_tokens=tokens,
         num_gpu_blocks=blocks,
-        max_concurrency=round(tokens / resolved.max_model_len, 2),
+        max_concurrency=round(concurrency, 2),
         fits=fits,
         reasons=reasons,
         startup_warnings=startup,

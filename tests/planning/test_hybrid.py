@@ -1,0 +1,273 @@
+"""Hybrid attention + Gated-DeltaNet / Mamba models: state pages, vLLM's hybrid block size and
+the shared block pool, computed by hand from config.json and the vLLM 0.33.0 / 0.11.0 rules,
+and checked against real startup logs (bench row 54, vllm#42317)."""
+
+import math
+
+import pytest
+
+from vllm_operator.catalog.architectures import (
+    Architecture,
+    LinearKind,
+    QuantMethod,
+    architecture_from_hf_config,
+    lookup_architecture,
+)
+from vllm_operator.catalog.gpus import lookup_gpu
+from vllm_operator.planning.gpu import gpu_memory
+from vllm_operator.planning.memory import (
+    GIB,
+    EngineArgs,
+    estimate_memory,
+    hybrid_layout,
+    kv_bytes_per_token,
+    state_page_bytes,
+    weights_bytes,
+)
+from vllm_operator.planning.versions import VllmVersion
+
+# text_config of huggingface.co/Qwen/Qwen3.6-35B-A3B config.json (Qwen3_5MoeForConditionalGeneration),
+# as quoted in public checkpoint-validation fixtures; only the keys the planner reads.
+QWEN36_35B_A3B = {
+    "model_type": "qwen3_5_moe",
+    "text_config": {
+        "model_type": "qwen3_5_moe_text",
+        "hidden_size": 2048,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "vocab_size": 248320,
+        "max_position_embeddings": 262144,
+        "full_attention_interval": 4,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 10,
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_value_head_dim": 128,
+        "mamba_ssm_dtype": "float32",
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512,
+        "num_experts": 256,
+        "num_experts_per_tok": 8,
+        "tie_word_embeddings": False,
+        "dtype": "bfloat16",
+    },
+    "tie_word_embeddings": False,
+}
+
+# By hand: conv_dim = 2 x 16 x 128 + 32 x 128 = 8192; conv state 8192 x (4 - 1) x 2 B;
+# recurrent state 32 x 128 x 128 x 4 B (float32).
+QWEN36_STATE_PAGE = 8192 * 3 * 2 + 32 * 128 * 128 * 4  # 2,146,304
+
+
+def qwen36() -> Architecture:
+    return architecture_from_hf_config(QWEN36_35B_A3B, "Qwen/Qwen3.6-35B-A3B", "test")
+
+
+def test_config_json_reads_the_layer_mix_and_gdn_dimensions() -> None:
+    arch = qwen36()
+    assert arch.is_hybrid and arch.kind == "hybrid"
+    assert arch.linear_kind is LinearKind.GATED_DELTA_NET
+    assert (arch.linear_layers, arch.full_attention_layers) == (30, 10)
+    assert arch.intermediate_size == 512  # no dense MLP: falls back to the expert width
+    assert arch.attn_output_gate  # vLLM's default for Qwen3-Next / Qwen3.5 attention
+    # Qwen3-Next leaves layer_types unset: every 4th layer is full attention.
+    text_config = QWEN36_35B_A3B["text_config"]
+    assert isinstance(text_config, dict)
+    text = {k: v for k, v in text_config.items() if k != "layer_types"}
+    assert architecture_from_hf_config(text, "n", "t").linear_layers == 30
+
+
+def test_state_page_is_conv_plus_recurrent_state_sharded_by_tp() -> None:
+    arch = qwen36()
+    assert state_page_bytes(arch, tp=1, model_dtype="bfloat16") == QWEN36_STATE_PAGE == 2_146_304
+    assert state_page_bytes(arch, tp=2, model_dtype="bfloat16") == QWEN36_STATE_PAGE // 2
+
+
+def test_block_size_is_raised_until_one_attention_page_holds_a_state_page() -> None:
+    arch = qwen36()
+
+    def block(kv_bytes: int, version: str, cc: tuple[int, int]) -> int:
+        return hybrid_layout(
+            arch,
+            tp=1,
+            layers=40,
+            kv_dtype_bytes=kv_bytes,
+            model_dtype="bfloat16",
+            block_size=16,
+            version=VllmVersion.parse(version),
+            compute_capability=cc,
+        ).block_size
+
+    # bf16 KV: one token of one layer = 2 x 2 heads x 256 x 2 B = 2048 B;
+    # 16 x cdiv(2,146,304, 16 x 2048) = 1056, the size vllm#42317 logs for this model.
+    assert block(2, "0.24.0", (12, 0)) == 16 * math.ceil(QWEN36_STATE_PAGE / (16 * 2048)) == 1056
+    # fp8 KV halves the token page: 16 x 131 = 2096.
+    assert block(1, "0.24.0", (12, 0)) == 2096
+    # 0.33 on Hopper: FlashInfer GDN prefill checkpoints every 64 tokens -> multiple of 64.
+    assert block(2, "0.33.0", (9, 0)) == 64 * math.ceil(QWEN36_STATE_PAGE / (64 * 2048)) == 1088
+
+
+def test_logged_kv_gib_gives_vllms_token_count_exactly() -> None:
+    """Row 54 (noonghunna/club-3090#652, vLLM 0.24.0, RTX 5090, fp8 KV, max_model_len 131072):
+    'Available KV cache memory: 6.01 GiB' and 'GPU KV cache size: 569,878 tokens'."""
+    layout = hybrid_layout(
+        qwen36(),
+        tp=1,
+        layers=40,
+        kv_dtype_bytes=1,
+        model_dtype="bfloat16",
+        block_size=16,
+        version=VllmVersion.parse("0.24.0"),
+        compute_capability=(12, 0),
+    )
+    # 10 attention + 30 GDN layers -> groups of 10: 1 attention group, 3 state groups; a block
+    # holds one 2096 x 1024 B page of each of the 10 layers of a group.
+    assert (layout.group_size, layout.attention_groups, layout.state_groups) == (10, 1, 3)
+    assert layout.bytes_per_block == 10 * 2096 * 1024
+    blocks = int(6.01 * GIB // layout.bytes_per_block)
+    assert blocks == 300
+    # per sequence: cdiv(131072, 2096) = 63 attention blocks + 3 groups x 2 state blocks (align
+    # mode, prefix caching on by default) = 69
+    assert layout.blocks_per_request(131072) == 63 + 3 * 2
+    assert int(blocks / layout.blocks_per_request(131072) * 131072) == 569_878
+
+
+def test_before_hybrid_prefix_caching_a_sequence_pins_one_state_block() -> None:
+    """vLLM 0.11.0 MambaModelConfig turned prefix caching off for hybrids: MambaSpec's
+    max_memory_usage_bytes is one page; 0.33 (align mode, FlashInfer checkpoint on sm90) three."""
+    arch = qwen36()
+
+    def layout(version: str) -> int:
+        return hybrid_layout(
+            arch,
+            tp=1,
+            layers=40,
+            kv_dtype_bytes=2,
+            model_dtype="bfloat16",
+            block_size=16,
+            version=VllmVersion.parse(version),
+            compute_capability=(9, 0),
+        ).state_blocks_per_seq
+
+    assert (layout("0.11.0"), layout("0.33.0")) == (1, 3)
+
+
+def test_only_full_attention_layers_hold_per_token_kv() -> None:
+    arch = qwen36()
+    # 10 attention layers x 2 (K, V) x 2 heads x 256 x 2 B
+    assert kv_bytes_per_token(arch, tp=1, layers=40, kv_dtype_bytes=2) == 10 * 2 * 2 * 256 * 2
+
+
+def test_estimate_reports_concurrency_from_sequences_and_tokens() -> None:
+    """Max concurrency rests on blocks per sequence (attention pages for max_model_len plus the
+    pinned state pages), so halving max_model_len less than doubles it."""
+    arch = lookup_architecture("Qwen/Qwen3.6-35B-A3B")
+    gpu = gpu_memory(lookup_gpu("NVIDIA-H100-80GB-HBM3"))
+    long = estimate_memory(arch, gpu, EngineArgs(max_model_len=32768, vllm_version="0.33.0"))
+    short = estimate_memory(arch, gpu, EngineArgs(max_model_len=16384, vllm_version="0.33.0"))
+    assert long.args.block_size == short.args.block_size == 1088
+    assert long.num_gpu_blocks == short.num_gpu_blocks
+    per_long = math.ceil(32768 / 1088) + 3 * 3
+    per_short = math.ceil(16384 / 1088) + 3 * 3
+    assert long.max_concurrency == round(long.num_gpu_blocks / per_long, 2)
+    assert short.max_concurrency == round(short.num_gpu_blocks / per_short, 2)
+    assert short.max_concurrency < 2 * long.max_concurrency
+    assert any("raises the attention block size to 1088" in r for r in long.reasons)
+
+
+def test_gdn_layer_weights_replace_attention_weights() -> None:
+    """Qwen3.6-35B-A3B counts 34.7 B text parameters (+0.45 B vision): the published 35 B."""
+    arch = lookup_architecture("Qwen/Qwen3.6-35B-A3B")
+    params = weights_bytes(arch, tp=1, pp=1, stage=0, dtype="bfloat16", quant=None) / 2
+    assert 34.5e9 < params - arch.vision_params < 34.9e9
+
+
+def test_mamba2_state_matches_vllms_shape_helper() -> None:
+    """mamba2_state_shape: conv (I + 2 G N) / TP x (K - 1), SSM H / TP x head_dim x N; groups
+    not divisible by TP are extended (extra_groups_for_head_shards). Dimensions: the example of
+    vLLM's own comment ((heads, head_dim, state) = (128, 64, 128)), 8192 = 128 x 64."""
+    arch = Architecture(
+        name="mamba2-shape",
+        num_hidden_layers=4,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=8192,
+        vocab_size=32000,
+        linear_layers=3,
+        linear_kind=LinearKind.MAMBA2,
+        mamba_intermediate_size=8192,
+        mamba_num_heads=128,
+        mamba_head_dim=64,
+        mamba_n_groups=1,
+        mamba_d_state=128,
+        linear_conv_kernel_dim=4,
+    )
+    one = (8192 + 2 * 1 * 128) * 3 * 2 + 128 * 64 * 128 * 2
+    assert state_page_bytes(arch, tp=1, model_dtype="bfloat16") == one
+    two = (8192 + 2 * 2 * 128) // 2 * 3 * 2 + 64 * 64 * 128 * 2  # 1 group -> 2 at TP 2
+    assert state_page_bytes(arch, tp=2, model_dtype="bfloat16") == two
+
+
+@pytest.mark.parametrize(
+    ("qc", "method", "experts", "dense"),
+    [
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, QuantMethod.NVFP4, 0.5625, 0.5625),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "format": "nvfp4-pack-quantized",
+                "config_groups": {
+                    "group_0": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}}
+                },
+            },
+            QuantMethod.NVFP4,
+            0.5625,
+            0.5625,
+        ),
+        (
+            {
+                "quant_method": "modelopt",
+                "quant_algo": "MIXED_PRECISION",
+                "config_groups": {
+                    "group_0": {"weights": {"num_bits": 8, "type": "float"}},
+                    "group_1": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}},
+                },
+            },
+            QuantMethod.NVFP4,
+            0.5625,
+            1.0,
+        ),
+        ({"quant_method": "modelopt", "quant_algo": "FP8"}, QuantMethod.FP8, 1.0, 1.0),
+    ],
+)
+def test_nvfp4_is_four_and_a_half_bits(
+    qc: dict[str, object], method: QuantMethod, experts: float, dense: float
+) -> None:
+    """NVFP4: 4-bit E2M1 values + one FP8 scale per 16 weights = 4.5 bits (0.5625 B)."""
+    cfg = {**QWEN36_35B_A3B, "quantization_config": qc}
+    quant = architecture_from_hf_config(cfg, "q", "t").quantization
+    assert quant is not None and quant.method is method
+    assert quant.bytes_per_param() == pytest.approx(experts)
+    assert quant.dense_bytes_per_param() == pytest.approx(dense)
+
+
+def test_modelopt_flag_matches_an_nvfp4_checkpoint() -> None:
+    """`--quantization modelopt` is how such checkpoints are served (row 54)."""
+    arch = lookup_architecture("qwen3.6-35b-a3b-nvfp4 (modelopt)")
+    gpu = gpu_memory(lookup_gpu("NVIDIA-GeForce-RTX-5090"))
+    est = estimate_memory(
+        arch,
+        gpu,
+        EngineArgs(
+            max_model_len=131072, max_num_seqs=1, kv_cache_dtype="fp8", quantization="modelopt"
+        ),
+    )
+    bf16 = estimate_memory(lookup_architecture("Qwen/Qwen3.6-35B-A3B"), gpu, EngineArgs())
+    assert est.args.quantization == "modelopt_fp4"
+    assert est.weights_gib < 0.35 * bf16.weights_gib  # 65 GiB of bf16 would not load at all
+    assert not bf16.fits
