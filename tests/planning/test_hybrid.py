@@ -271,3 +271,24 @@ def test_modelopt_flag_matches_an_nvfp4_checkpoint() -> None:
     assert est.args.quantization == "modelopt_fp4"
     assert est.weights_gib < 0.35 * bf16.weights_gib  # 65 GiB of bf16 would not load at all
     assert not bf16.fits
+
+
+def test_sparse_mla_caches_the_indexer_key_beside_the_latent() -> None:
+    """DeepSeek-V3.2 (config: index_head_dim 128, index_topk 2048): per layer and token the
+    fp8_ds_mla latent (512 fp8 + 4 fp32 scales + 64 bf16 RoPE = 656 B, flashmla_sparse.py) plus
+    the indexer key (128 fp8 + one fp32 scale = 132 B, deepseek_v2.py DeepseekV32IndexerCache);
+    with a bf16 cache (512 + 64) x 2 + 132."""
+    v32 = lookup_architecture("deepseek-ai/DeepSeek-V3.2")
+    v3 = lookup_architecture("deepseek-ai/DeepSeek-V3")
+    assert v32.index_head_dim == 128 and v3.index_head_dim is None
+    assert kv_bytes_per_token(v32, tp=8, layers=61, kv_dtype_bytes=1) == 61 * (656 + 132)
+    assert kv_bytes_per_token(v32, tp=8, layers=61, kv_dtype_bytes=2) == 61 * (1152 + 132)
+    assert kv_bytes_per_token(v3, tp=8, layers=61, kv_dtype_bytes=2) == 61 * 1152
+    # the indexer's projections are replicated on every rank: q_lora x 64 x 128 + hidden x
+    # (128 + 64) + norm, per layer, at the checkpoint's fp8
+    extra = 61 * (1536 * 64 * 128 + 7168 * (128 + 64) + 256)
+    q = v32.quantization
+    diff = weights_bytes(v32, tp=8, pp=1, stage=0, dtype="bfloat16", quant=q) - weights_bytes(
+        v3, tp=8, pp=1, stage=0, dtype="bfloat16", quant=q
+    )
+    assert diff == pytest.approx(extra * 1.0)

@@ -154,6 +154,12 @@ class Architecture(BaseModel):
     qk_nope_head_dim: int | None = None
     qk_rope_head_dim: int | None = None
     v_head_dim: int | None = None
+    index_head_dim: int | None = Field(
+        default=None,
+        description="Sparse MLA (DeepSeek-V3.2 DSA, GLM-5): the lightning indexer's key width; "
+        "every layer caches one fp8 indexer key per token beside the latent.",
+    )
+    index_n_heads: int | None = None
     # sliding window / hybrid layouts
     sliding_window: int | None = None
     sliding_window_layers: int = Field(
@@ -474,6 +480,8 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         qk_nope_head_dim=merged.get("qk_nope_head_dim"),
         qk_rope_head_dim=merged.get("qk_rope_head_dim"),
         v_head_dim=merged.get("v_head_dim"),
+        index_head_dim=merged.get("index_head_dim") if merged.get("index_topk") else None,
+        index_n_heads=merged.get("index_n_heads") if merged.get("index_topk") else None,
         sliding_window=merged.get("sliding_window")
         if _sliding_layers(merged, int(layers))
         else None,

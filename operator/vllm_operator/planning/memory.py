@@ -225,6 +225,12 @@ def _attention_params(arch: Architecture, tp: int) -> tuple[float, float]:
         else:
             q = h * heads * (nope + rope)
         split = q + lora * heads * (nope + v) + heads * v * h
+        if arch.index_head_dim:
+            # sparse-MLA indexer, not TP-sharded (deepseek_v2.py Indexer: wq_b ReplicatedLinear
+            # q_lora x heads*dim, wk_weights_proj with disable_tp: hidden x (dim + heads))
+            idx_heads, idx_dim = arch.index_n_heads or 64, arch.index_head_dim
+            replicated += (arch.q_lora_rank or h) * idx_heads * idx_dim
+            replicated += h * (idx_dim + idx_heads) + 2 * idx_dim
         return split / tp, float(replicated)
     hd = arch.head_dim
     q = h * arch.num_attention_heads * hd * (2 if arch.attn_output_gate else 1)
@@ -418,8 +424,19 @@ def kv_bytes_per_token(arch: Architecture, *, tp: int, layers: int, kv_dtype_byt
     if arch.is_hybrid:
         layers = round(layers * arch.full_attention_layers / arch.num_hidden_layers)
     if arch.is_mla:
-        width = (arch.kv_lora_rank or 512) + (arch.qk_rope_head_dim or 64)
-        return layers * width * kv_dtype_bytes
+        lora, rope = arch.kv_lora_rank or 512, arch.qk_rope_head_dim or 64
+        width = (lora + rope) * kv_dtype_bytes
+        if arch.index_head_dim:
+            if kv_dtype_bytes == 1:
+                # fp8_ds_mla ('fp8' is its alias on the sparse backend): fp8 latent, one fp32
+                # scale per 128 of it, bf16 RoPE part = 656 B for DeepSeek-V3.2
+                # (v1/attention/backends/mla/flashmla_sparse.py, 'the 656B layout').
+                width = lora + lora // 128 * 4 + rope * 2
+            # the indexer's K cache: head_dim fp8 values + one fp32 scale per 128
+            # (deepseek_v2.py Indexer: DeepseekV32IndexerCache(head_dim + head_dim //
+            # quant_block_size * 4, uint8)), one more per-token cache in every layer.
+            width += arch.index_head_dim + arch.index_head_dim // 128 * 4
+        return layers * width
     heads = max(1, arch.num_key_value_heads // tp)
     return 2 * layers * heads * arch.head_dim * kv_dtype_bytes
 
@@ -883,7 +900,8 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
     resolved, sem, notes = resolve_args(args, arch, gpu)
     quant = resolve_quantization(arch, args.quantization)
     tp, pp = resolved.tensor_parallel_size, resolved.pipeline_parallel_size
-    kv_b = 1 if resolved.kv_cache_dtype in KV_DTYPES_FP8 else dtype_bytes(resolved.dtype)
+    fp8_cache = resolved.kv_cache_dtype in KV_DTYPES_FP8 or resolved.kv_cache_dtype == "fp8_ds_mla"
+    kv_b = 1 if fp8_cache else dtype_bytes(resolved.dtype)
     total = gpu.total_gib
     util = resolved.gpu_memory_utilization
     budget = total * util
