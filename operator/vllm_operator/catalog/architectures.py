@@ -186,6 +186,15 @@ class Architecture(BaseModel):
     attn_output_gate: bool = Field(
         default=False, description="q_proj also emits a sigmoid gate (Qwen3-Next / Qwen3.5)."
     )
+    # Gemma-3n / Gemma-4: the last num_kv_shared_layers reuse an earlier layer's KV (they hold
+    # none); full-attention layers may use a wider head; per-layer embeddings (PLE)
+    layer_types: tuple[str, ...] = ()
+    num_kv_shared_layers: int = Field(default=0, ge=0)
+    global_head_dim: int | None = None
+    num_global_key_value_heads: int | None = None
+    hidden_size_per_layer_input: int = Field(default=0, ge=0)
+    vocab_size_per_layer_input: int | None = None
+    use_double_wide_mlp: bool = False
     quantization: Quantization | None = None
     vision_params: int = Field(default=0, ge=0, description="Vision tower, replicated per rank.")
     num_parameters: int | None = Field(default=None, description="Exact count when known.")
@@ -199,6 +208,24 @@ class Architecture(BaseModel):
     @property
     def full_attention_layers(self) -> int:
         return self.num_hidden_layers - (self.linear_layers if self.is_hybrid else 0)
+
+    def is_full_attention(self, layer: int) -> bool:
+        """A full (global) attention layer by layer_types; all layers when none are listed."""
+        if not self.layer_types or layer >= len(self.layer_types):
+            return True
+        return self.layer_types[layer] == "full_attention"
+
+    def is_kv_shared(self, layer: int) -> bool:
+        """One of the last num_kv_shared_layers: reads an earlier layer's KV, holds none."""
+        return layer >= self.num_hidden_layers - self.num_kv_shared_layers
+
+    def attention_dims(self, layer: int) -> tuple[int, int]:
+        """(KV heads, head dim) of a layer: Gemma-4's full-attention layers use
+        global_head_dim (and num_global_key_value_heads when set)."""
+        if self.global_head_dim and self.is_full_attention(layer):
+            heads = self.num_global_key_value_heads or self.num_key_value_heads
+            return heads, self.global_head_dim
+        return self.num_key_value_heads, self.head_dim
 
     @property
     def is_mla(self) -> bool:
@@ -405,6 +432,25 @@ def _hybrid_fields(cfg: dict[str, Any], layers: int, hidden: int) -> dict[str, A
     return {}
 
 
+def _gemma_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """KV sharing, the wider full-attention head and per-layer embeddings (Gemma-3n, Gemma-4;
+    vLLM gemma4.py / gemma3n.py read the same keys). Empty for other models."""
+    shared = int(cfg.get("num_kv_shared_layers") or 0)
+    ple = int(cfg.get("hidden_size_per_layer_input") or 0)
+    if not shared and not ple and not cfg.get("global_head_dim"):
+        return {}
+    types = cfg.get("layer_types")
+    return {
+        "layer_types": tuple(str(t) for t in types) if isinstance(types, list) else (),
+        "num_kv_shared_layers": shared,
+        "global_head_dim": cfg.get("global_head_dim"),
+        "num_global_key_value_heads": cfg.get("num_global_key_value_heads"),
+        "hidden_size_per_layer_input": ple,
+        "vocab_size_per_layer_input": cfg.get("vocab_size_per_layer_input"),
+        "use_double_wide_mlp": bool(cfg.get("use_double_wide_mlp")),
+    }
+
+
 def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> Architecture:
     """Read a Hugging Face config.json (dict). Multimodal configs use their text_config.
 
@@ -491,6 +537,7 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         num_parameters=merged.get("num_parameters"),
         source=source,
         **hybrid,
+        **_gemma_fields(merged),
     )
 
 

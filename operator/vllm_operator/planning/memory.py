@@ -209,7 +209,7 @@ def _layers_per_stage(layers: int, pp: int) -> list[int]:
     return [base + (1 if i >= pp - rem else 0) for i in range(pp)]
 
 
-def _attention_params(arch: Architecture, tp: int) -> tuple[float, float]:
+def _attention_params(arch: Architecture, tp: int, layer: int = 0) -> tuple[float, float]:
     """(sharded-and-split params per rank, replicated params) of one attention block."""
     h = arch.hidden_size
     if arch.is_mla:
@@ -232,10 +232,12 @@ def _attention_params(arch: Architecture, tp: int) -> tuple[float, float]:
             replicated += (arch.q_lora_rank or h) * idx_heads * idx_dim
             replicated += h * (idx_dim + idx_heads) + 2 * idx_dim
         return split / tp, float(replicated)
-    hd = arch.head_dim
+    kv_heads, hd = arch.attention_dims(layer)
     q = h * arch.num_attention_heads * hd * (2 if arch.attn_output_gate else 1)
-    kv_heads_rank = max(1, arch.num_key_value_heads // tp)
+    kv_heads_rank = max(1, kv_heads // tp)
     kv = 2 * h * kv_heads_rank * hd  # replicated when tp > kv heads
+    if arch.num_kv_shared_layers and arch.is_kv_shared(layer):
+        kv = 0  # a KV-shared layer has q_proj and o_proj only (gemma4.py)
     o = arch.num_attention_heads * hd * h
     bias = (
         (arch.num_attention_heads * hd) / tp + 2 * kv_heads_rank * hd if arch.attention_bias else 0
@@ -298,8 +300,15 @@ def _mlp_params(arch: Architecture, layer: int, tp: int) -> tuple[float, float, 
     h = arch.hidden_size
     factor = 3 if arch.gated_mlp else 2
     if not arch.is_moe or layer < arch.first_k_dense_replace:
-        bias = 0 if arch.gated_mlp else arch.intermediate_size / tp + h
-        return 0.0, factor * h * arch.intermediate_size / tp + bias, 0.0
+        inter = arch.intermediate_size
+        if arch.use_double_wide_mlp and arch.num_kv_shared_layers and arch.is_kv_shared(layer):
+            inter *= 2  # gemma4.py: intermediate_size doubles for KV-shared layers
+        bias = 0 if arch.gated_mlp else inter / tp + h
+        other = factor * h * inter / tp + bias
+        if arch.hidden_size_per_layer_input:
+            # per-layer input gate and projection (hidden x PLE each, replicated) + norm
+            other += 2 * h * arch.hidden_size_per_layer_input + h
+        return 0.0, other, 0.0
     experts = arch.num_experts or 1
     moe_inter = arch.moe_intermediate_size or arch.intermediate_size
     routed = experts * factor * h * moe_inter / tp
@@ -373,7 +382,7 @@ def weights_bytes(
     dense_q_bytes = quant.dense_bytes_per_param() if quant else unq
     total = 0.0
     for layer in range(first, first + layers[stage]):
-        attn_split, attn_rep = _attention_params(arch, tp)
+        attn_split, attn_rep = _attention_params(arch, tp, layer)
         if not is_full_attention_layer(arch, layer):
             attn_split, attn_rep = _linear_layer_params(arch, tp), 0.0
         routed, other_mlp, mlp_rep = _mlp_params(arch, layer, tp)
@@ -408,6 +417,13 @@ def weights_bytes(
     embed = arch.vocab_size * arch.hidden_size / tp * unq
     if stage == 0:
         total += embed + arch.vision_params * unq
+        if arch.hidden_size_per_layer_input:
+            # per-layer embeddings: a vocab x (layers x PLE) table, vocab-parallel, plus the
+            # model projection hidden x (layers x PLE) (gemma4.py embed_tokens_per_layer,
+            # per_layer_model_projection): 2.3 B of Gemma-4-E2B's parameters
+            ple = arch.num_hidden_layers * arch.hidden_size_per_layer_input
+            vocab_pl = arch.vocab_size_per_layer_input or arch.vocab_size
+            total += (vocab_pl * ple / tp + arch.hidden_size * ple) * unq
     if stage == pp - 1:
         total += arch.hidden_size * unq  # final norm
         if not arch.tie_word_embeddings or pp > 1:
@@ -437,6 +453,17 @@ def kv_bytes_per_token(arch: Architecture, *, tp: int, layers: int, kv_dtype_byt
             # quant_block_size * 4, uint8)), one more per-token cache in every layer.
             width += arch.index_head_dim + arch.index_head_dim // 128 * 4
         return layers * width
+    if arch.num_kv_shared_layers or arch.global_head_dim:
+        # Gemma-3n / Gemma-4: layers reusing an earlier layer's KV hold none (gemma4.py
+        # Gemma4Attention: kv_sharing_target_layer_name), full-attention layers hold the wider
+        # global head. A PP stage's share is taken in proportion.
+        total = sum(
+            2 * max(1, kvh // tp) * hd * kv_dtype_bytes
+            for i in range(arch.num_hidden_layers)
+            if not arch.is_kv_shared(i)
+            for kvh, hd in [arch.attention_dims(i)]
+        )
+        return total * layers // arch.num_hidden_layers
     heads = max(1, arch.num_key_value_heads // tp)
     return 2 * layers * heads * arch.head_dim * kv_dtype_bytes
 
