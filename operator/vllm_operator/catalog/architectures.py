@@ -195,6 +195,12 @@ class Architecture(BaseModel):
     hidden_size_per_layer_input: int = Field(default=0, ge=0)
     vocab_size_per_layer_input: int | None = None
     use_double_wide_mlp: bool = False
+    num_mtp_layers: int = Field(
+        default=0,
+        ge=0,
+        description="Multi-token-prediction layers the checkpoint ships (num_nextn_predict_layers"
+        " / mtp_num_hidden_layers); loaded only when speculative decoding uses them.",
+    )
     quantization: Quantization | None = None
     vision_params: int = Field(default=0, ge=0, description="Vision tower, replicated per rank.")
     num_parameters: int | None = Field(default=None, description="Exact count when known.")
@@ -536,6 +542,9 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         vision_params=int(merged.get("vision_params") or 0),
         num_parameters=merged.get("num_parameters"),
         source=source,
+        num_mtp_layers=int(
+            _first(merged, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0
+        ),
         **hybrid,
         **_gemma_fields(merged),
     )

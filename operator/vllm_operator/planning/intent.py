@@ -7,6 +7,8 @@ which both take it: the planner can be driven without a whole spec (tests, `esti
 from pydantic import BaseModel, ConfigDict, Field
 
 from vllm_operator.api.spec import LatencyProfile, PrefixCaching, VLLMServiceSpec
+from vllm_operator.planning.adapters import Adapters, adapters_from_extra_args
+from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION
 
 
@@ -26,9 +28,16 @@ class PlanIntent(BaseModel):
     dtype: str = "auto"
     quantization: str | None = None
     vllm_version: str = DEFAULT_VLLM_VERSION
+    adapters: Adapters = Adapters()
 
     @classmethod
     def from_spec(cls, spec: VLLMServiceSpec) -> "PlanIntent":
+        try:
+            adapters = adapters_from_extra_args(spec.vllm.extra_args)
+        except PlanningInputError:
+            # a malformed --speculative-config / --max-loras stops vLLM itself; the argument
+            # check reports it (vllm.extraArgs), the memory plan goes on without it
+            adapters = Adapters()
         return cls(
             p99_context_tokens=spec.workload.p99_context_tokens,
             max_context_tokens=spec.workload.max_context_tokens,
@@ -41,4 +50,5 @@ class PlanIntent(BaseModel):
             dtype=spec.model.dtype.value,
             quantization=spec.model.quantization,
             vllm_version=spec.vllm.version or DEFAULT_VLLM_VERSION,
+            adapters=adapters,
         )

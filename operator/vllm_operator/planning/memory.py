@@ -121,6 +121,12 @@ class EngineArgs(BaseModel):
         "pip install of an older wheel: the native sampler sorts the vocabulary, and MXFP4 MoE "
         "on sm90 falls back to Marlin.",
     )
+    speculative_method: str | None = Field(
+        default=None, description="--speculative-config method (mtp, eagle, eagle3, ngram, ...)."
+    )
+    num_speculative_tokens: int = Field(default=0, ge=0)
+    max_loras: int = Field(default=0, ge=0, description="LoRA slots (--max-loras); 0: no LoRA.")
+    max_lora_rank: int = Field(default=16, ge=1)
 
 
 class GpuMemory(BaseModel):
@@ -158,6 +164,10 @@ class ResolvedArgs(BaseModel):
     enable_chunked_prefill: bool
     vllm_version: str
     optional_kernels: bool = True
+    speculative_method: str | None = None
+    num_speculative_tokens: int = 0
+    max_loras: int = 0
+    max_lora_rank: int = 16
 
 
 class MemoryEstimate(BaseModel):
@@ -361,6 +371,58 @@ def mxfp4_padded_dims(
     return _round_up(hidden, 256), _round_up(inter, 128)
 
 
+def decoder_layer_bytes(
+    arch: Architecture,
+    layer: int,
+    *,
+    tp: int,
+    dtype: str,
+    quant: Quantization | None,
+    compute_capability: tuple[int, int] | None = None,
+    version: VllmVersion | None = None,
+    optional_kernels: bool = True,
+) -> float:
+    """Weight bytes of decoder layer `layer` on one TP rank."""
+    unq = dtype_bytes(dtype)
+    mxfp4 = quant is not None and quant.method is QuantMethod.MXFP4 and arch.is_moe
+    q_bytes = quant.bytes_per_param() if quant else unq
+    dense_q_bytes = quant.dense_bytes_per_param() if quant else unq
+    total = 0.0
+    attn_split, attn_rep = _attention_params(arch, tp, layer)
+    if not is_full_attention_layer(arch, layer):
+        attn_split, attn_rep = _linear_layer_params(arch, tp), 0.0
+    routed, other_mlp, mlp_rep = _mlp_params(arch, layer, tp)
+    attn_b = mlp_b = routed_b = float(unq)
+    if quant is not None:
+        mlp_quantised = not (
+            quant.mlp_only
+            and (
+                layer < quant.unquantized_mlp_layers // 2
+                or layer >= arch.num_hidden_layers - quant.unquantized_mlp_layers // 2
+            )
+        )
+        routed_b = q_bytes if mlp_quantised else unq
+        if not quant.experts_only:
+            mlp_b = dense_q_bytes if mlp_quantised else unq
+            attn_b = unq if quant.mlp_only else dense_q_bytes
+    if mxfp4 and routed:
+        # expert tensors at the padded shape, plus bf16 biases w13 [E, 2I] and w2 [E, H]
+        # (mxfp4.py create_weights registers w13_bias / w2_bias in torch.bfloat16)
+        hid, inter = mxfp4_padded_dims(
+            arch,
+            tp=tp,
+            compute_capability=compute_capability,
+            version=version,
+            optional_kernels=optional_kernels,
+        )
+        experts = arch.num_experts or 1
+        routed = 0.0
+        total += experts * 3 * hid * inter * q_bytes + experts * (2 * inter + hid) * 2
+    total += attn_split * attn_b + attn_rep * attn_b + routed * routed_b + other_mlp * mlp_b
+    total += (mlp_rep + 2 * arch.hidden_size) * unq  # router, two RMSNorms
+    return total
+
+
 def weights_bytes(
     arch: Architecture,
     *,
@@ -375,45 +437,20 @@ def weights_bytes(
 ) -> float:
     """Weight bytes on one rank of PP stage `stage` (embeddings first stage, lm_head last)."""
     unq = dtype_bytes(dtype)
-    mxfp4 = quant is not None and quant.method is QuantMethod.MXFP4 and arch.is_moe
     layers = _layers_per_stage(arch.num_hidden_layers, pp)
     first = sum(layers[:stage])
-    q_bytes = quant.bytes_per_param() if quant else unq
-    dense_q_bytes = quant.dense_bytes_per_param() if quant else unq
     total = 0.0
     for layer in range(first, first + layers[stage]):
-        attn_split, attn_rep = _attention_params(arch, tp, layer)
-        if not is_full_attention_layer(arch, layer):
-            attn_split, attn_rep = _linear_layer_params(arch, tp), 0.0
-        routed, other_mlp, mlp_rep = _mlp_params(arch, layer, tp)
-        attn_b = mlp_b = routed_b = float(unq)
-        if quant is not None:
-            mlp_quantised = not (
-                quant.mlp_only
-                and (
-                    layer < quant.unquantized_mlp_layers // 2
-                    or layer >= arch.num_hidden_layers - quant.unquantized_mlp_layers // 2
-                )
-            )
-            routed_b = q_bytes if mlp_quantised else unq
-            if not quant.experts_only:
-                mlp_b = dense_q_bytes if mlp_quantised else unq
-                attn_b = unq if quant.mlp_only else dense_q_bytes
-        if mxfp4 and routed:
-            # expert tensors at the padded shape, plus bf16 biases w13 [E, 2I] and w2 [E, H]
-            # (mxfp4.py create_weights registers w13_bias / w2_bias in torch.bfloat16)
-            hid, inter = mxfp4_padded_dims(
-                arch,
-                tp=tp,
-                compute_capability=compute_capability,
-                version=version,
-                optional_kernels=optional_kernels,
-            )
-            experts = arch.num_experts or 1
-            routed = 0.0
-            total += experts * 3 * hid * inter * q_bytes + experts * (2 * inter + hid) * 2
-        total += attn_split * attn_b + attn_rep * attn_b + routed * routed_b + other_mlp * mlp_b
-        total += (mlp_rep + 2 * arch.hidden_size) * unq  # router, two RMSNorms
+        total += decoder_layer_bytes(
+            arch,
+            layer,
+            tp=tp,
+            dtype=dtype,
+            quant=quant,
+            compute_capability=compute_capability,
+            version=version,
+            optional_kernels=optional_kernels,
+        )
     embed = arch.vocab_size * arch.hidden_size / tp * unq
     if stage == 0:
         total += embed + arch.vision_params * unq
@@ -429,6 +466,78 @@ def weights_bytes(
         if not arch.tie_word_embeddings or pp > 1:
             total += embed
     return total
+
+
+# ------------------------------------------------------------- speculative decoding and LoRA
+
+NO_DRAFT_WEIGHTS = ("ngram", "ngram_gpu", "suffix")
+
+
+def draft_layers(arch: Architecture, args: ResolvedArgs) -> tuple[int, Architecture | None, str]:
+    """(draft decoder layers, the architecture they have, note) for the speculative method.
+
+    MTP ('mtp', 'deepseek_mtp', 'qwen3_next_mtp', ...) loads the checkpoint's own prediction
+    layers: num_nextn_predict_layers / mtp_num_hidden_layers of the target's shape (deepseek_mtp.py
+    DeepSeekMultiTokenPredictorLayer: a decoder layer + eh_proj 2h x h, embeddings and head
+    shared). EAGLE heads are one dense decoder layer of the target's width (llama_eagle.py; fc
+    2h x h, EAGLE-3 3h x h); their own config is not read, so that is an estimate. ngram and
+    suffix decoding hold no weights. Each draft layer has attention, so it adds KV per token.
+    """
+    method = (args.speculative_method or "").lower()
+    if not method or not args.num_speculative_tokens or method in NO_DRAFT_WEIGHTS:
+        return 0, None, ""
+    if "mtp" in method:
+        return max(1, arch.num_mtp_layers), arch, ""
+    if method.startswith("eagle"):
+        dense = arch.model_copy(
+            update={
+                "num_experts": None,
+                "linear_layers": 0,
+                "linear_kind": None,
+                "first_k_dense_replace": 0,
+                "num_kv_shared_layers": 0,
+                "hidden_size_per_layer_input": 0,
+            }
+        )
+        return 1, dense, "EAGLE draft sized as one dense decoder layer of the target's width"
+    return 0, None, f"the draft model of speculative method {method!r} is not in the estimate"
+
+
+def draft_weights_bytes(
+    arch: Architecture, args: ResolvedArgs, quant: Quantization | None
+) -> tuple[float, str]:
+    """Weight bytes per rank of the speculative draft (see draft_layers)."""
+    count, shape, note = draft_layers(arch, args)
+    if shape is None:
+        return 0.0, note
+    unq = dtype_bytes(args.dtype)
+    tp = args.tensor_parallel_size
+    h = arch.hidden_size
+    if shape is arch:  # MTP: the target's last layer shape, at the checkpoint's format
+        layer = decoder_layer_bytes(
+            arch, arch.num_hidden_layers - 1, tp=tp, dtype=args.dtype, quant=quant
+        )
+        return count * (layer + (2 * h * h / tp + 3 * h) * unq), note
+    fc = (3 if (args.speculative_method or "").lower() == "eagle3" else 2) * h * h
+    layer = decoder_layer_bytes(shape, 0, tp=tp, dtype=args.dtype, quant=None)
+    return count * layer + fc * unq, note
+
+
+def lora_bytes(arch: Architecture, args: ResolvedArgs, layers: int) -> float:
+    """LoRA slot buffers per rank: every packed linear of every layer gets lora_a [max_loras,
+    rank, in] and lora_b [max_loras, out, rank] in the model dtype (vLLM lora/layers
+    column_parallel_linear.py / base_linear.py create_lora_weights): column-parallel layers
+    (qkv, gate_up) shard lora_b, row-parallel ones (o, down) lora_a. Dense MLPs only: MoE expert
+    LoRA is not counted."""
+    if not args.max_loras:
+        return 0.0
+    tp, h, r = args.tensor_parallel_size, arch.hidden_size, args.max_lora_rank
+    q_out = arch.num_attention_heads * arch.head_dim
+    kv_out = 2 * arch.num_key_value_heads * arch.head_dim
+    attn = 3 * r * h + (q_out + kv_out) / tp * r + r * q_out / tp + h * r
+    mlp = 0.0 if arch.is_moe else 2 * r * h + 2 * arch.intermediate_size / tp * r
+    mlp += 0.0 if arch.is_moe else r * arch.intermediate_size / tp + h * r
+    return layers * (attn + mlp) * args.max_loras * dtype_bytes(args.dtype)
 
 
 # ------------------------------------------------------------------------------------- KV cache
@@ -549,6 +658,8 @@ def hybrid_layout(
     block_size: int,
     version: VllmVersion,
     compute_capability: tuple[int, int] | None,
+    draft_attention_layers: int = 0,
+    spec_tokens: int = 0,
 ) -> HybridLayout:
     """The attention block size and the shared block pool of a hybrid on one rank.
 
@@ -562,9 +673,12 @@ def hybrid_layout(
     """
     full = round(layers * arch.full_attention_layers / arch.num_hidden_layers)
     linear = layers - full
+    full += draft_attention_layers  # MTP / EAGLE layers join the attention layers
     heads = max(1, arch.num_key_value_heads // tp)
     attn_token = 2 * heads * arch.head_dim * kv_dtype_bytes
-    state = state_page_bytes(arch, tp=tp, model_dtype=model_dtype)
+    # speculative tokens widen the conv state and pin one state block each
+    # (MambaSpec num_speculative_blocks; mamba_utils.py num_spec)
+    state = state_page_bytes(arch, tp=tp, model_dtype=model_dtype, spec_tokens=spec_tokens)
     align_mode = version.at_least(HYBRID_PREFIX_CACHING_FROM)
     checkpoint = (
         align_mode
@@ -594,7 +708,7 @@ def hybrid_layout(
         group_size=group,
         attention_groups=-(-full // group),
         state_groups=-(-linear // group),
-        state_blocks_per_seq=(2 + (1 if checkpoint else 0)) if align_mode else 1,
+        state_blocks_per_seq=((2 + (1 if checkpoint else 0)) if align_mode else 1) + spec_tokens,
         bytes_per_block=group * page,
     )
 
@@ -891,6 +1005,7 @@ def resolve_args(
             block_size=block,
             version=version,
             compute_capability=gpu.compute_capability,
+            spec_tokens=args.num_speculative_tokens if args.speculative_method else 0,
         )
         if layout.block_size != block:
             notes.append(
@@ -915,6 +1030,10 @@ def resolve_args(
         enable_chunked_prefill=chunked,
         vllm_version=version.text,
         optional_kernels=args.optional_kernels,
+        speculative_method=args.speculative_method if args.num_speculative_tokens else None,
+        num_speculative_tokens=args.num_speculative_tokens if args.speculative_method else 0,
+        max_loras=args.max_loras,
+        max_lora_rank=args.max_lora_rank,
     )
     return resolved, sem, notes
 
@@ -949,7 +1068,18 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
     best: tuple[int, float, float, float, float, int] | None = None
     best_layout: HybridLayout | None = None
     layout: HybridLayout | None = None
+    draft_w, draft_note = draft_weights_bytes(arch, resolved, quant)
+    n_draft, draft_shape, _ = draft_layers(arch, resolved)
+    if draft_note:
+        reasons.append(draft_note)
+    draft_kv = 0
+    if draft_shape is not None:
+        plain = draft_shape.model_copy(
+            update={"linear_layers": 0, "num_kv_shared_layers": 0, "global_head_dim": None}
+        )
+        draft_kv = kv_bytes_per_token(plain, tp=tp, layers=n_draft, kv_dtype_bytes=kv_b)
     for stage, layers in enumerate(stages):
+        last = stage == pp - 1
         w = (
             weights_bytes(
                 arch,
@@ -964,10 +1094,13 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
             )
             / GIB
         )
+        # the draft sits with the last stage; LoRA slots on every layer
+        w += (lora_bytes(arch, resolved, layers) + (draft_w if last else 0.0)) / GIB
         act = activation_bytes(arch, sem=sem, args=resolved, last_stage=stage == pp - 1) / GIB
         cg = cuda_graph_gib(arch, resolved, layers)
         kv = budget - w - act - nt - (cg if sem.subtracts_cuda_graphs else 0.0)
         per_token = kv_bytes_per_token(arch, tp=tp, layers=layers, kv_dtype_bytes=kv_b)
+        per_token += draft_kv if last else 0
         if arch.is_hybrid:
             layout = hybrid_layout(
                 arch,
@@ -978,6 +1111,8 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
                 block_size=resolved.block_size,
                 version=VllmVersion.parse(resolved.vllm_version),
                 compute_capability=gpu.compute_capability,
+                draft_attention_layers=n_draft if last else 0,
+                spec_tokens=resolved.num_speculative_tokens,
             )
             blocks = max(0, math.floor(kv * GIB / layout.bytes_per_block))
         else:

@@ -8,6 +8,7 @@ Infeasible with the reasons and concrete alternatives; it never cuts the request
 """
 
 import math
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -182,8 +183,20 @@ def _estimate(
             quantization=intent.quantization,
             kv_cache_dtype=kv_dtype,
             vllm_version=intent.vllm_version,
+            **_adapter_args(intent),
         ),
     )
+
+
+def _adapter_args(intent: PlanIntent) -> dict[str, Any]:
+    """Speculative decoding and LoRA from the spec's extraArgs, as EngineArgs fields."""
+    a = intent.adapters
+    return {
+        "speculative_method": a.speculative_method,
+        "num_speculative_tokens": a.num_speculative_tokens,
+        "max_loras": a.max_loras,
+        "max_lora_rank": a.max_lora_rank,
+    }
 
 
 def _batched_tokens(
@@ -310,6 +323,7 @@ def plan_pool(
                 quantization=intent.quantization,
                 vllm_version=version,
                 max_model_len=None,
+                **_adapter_args(intent),
             ),
             arch.model_copy(update={"max_position_embeddings": None}),
             gpu,
