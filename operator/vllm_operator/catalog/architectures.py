@@ -112,8 +112,9 @@ class Quantization(BaseModel):
             return base + 1.0 / (self.group_size or 32)  # one E8M0 scale per 32 weights
         if self.method is QuantMethod.NVFP4:
             # NVFP4: E2M1 values plus one FP8 (E4M3) scale per 16 weights = 4.5 bits; the
-            # per-tensor fp32 global scales are below 0.01 % (modelopt_fp4 create_weights:
-            # weight [N, K/2] uint8, weight_scale [N, K/16] float8_e4m3fn).
+            # per-tensor fp32 global scales are below 0.01 % (vLLM quantization/modelopt.py
+            # ModelOptNvFp4Config group_size 16, ModelOptNvFp4FusedMoE.create_weights:
+            # weight_scale float8_e4m3fn per group_size inputs).
             return base + 1.0 / (self.group_size or 16)
         if self.group_size:
             scale = 2.0 / self.group_size  # fp16/bf16 scale per group
