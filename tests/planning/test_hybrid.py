@@ -319,3 +319,88 @@ def test_gemma4_per_layer_embeddings_are_most_of_the_small_model() -> None:
     bare = weights_bytes(no_ple, tp=1, pp=1, stage=0, dtype="bfloat16", quant=None) / GIB
     assert full == pytest.approx(8.89, rel=0.04)
     assert full - bare > table
+
+
+# Config fixtures (config.json keys the planner reads) of a Nemotron-H (56 layers, hidden 4480:
+# Nemotron-Nano-9B-v2's dimensions) and a Falcon-H1 (24 layers, hidden 2048), as published in a
+# memory-estimator's formula tests (AgileRL arena tests, code index id 70988719928).
+NEMOTRON_H = {
+    "model_type": "nemotron_h",
+    "num_hidden_layers": 56,
+    "hidden_size": 4480,
+    "intermediate_size": 15680,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 131072,
+    "hybrid_override_pattern": "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-",
+    "ssm_state_size": 128,
+    "conv_kernel": 4,
+    "mamba_num_groups": 8,
+    "mamba_num_heads": 128,
+    "mamba_head_dim": 80,
+}
+FALCON_H1 = {
+    "model_type": "falcon_h1",
+    "num_hidden_layers": 24,
+    "hidden_size": 2048,
+    "intermediate_size": 4608,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "vocab_size": 65537,
+    "mamba_d_state": 256,
+    "mamba_d_conv": 4,
+    "mamba_n_groups": 1,
+    "mamba_n_heads": 48,
+    "mamba_d_head": 64,
+    "mamba_d_ssm": 3072,
+}
+
+
+def test_nemotron_h_pattern_counts_attention_mamba_and_mlp_layers_apart() -> None:
+    """hybrid_override_pattern: 27 Mamba2 (M), 4 attention (*), 25 MLP-only (-) layers: only the
+    4 attention layers hold KV (counting all 56 would overstate it 14x). State: conv (I + 2 G N)
+    x (K - 1) in bf16 + heads x head_dim x N in float32 (NemotronHForCausalLMConfig's default
+    mamba_ssm_cache_dtype), I = 128 heads x 80."""
+    arch = architecture_from_hf_config(NEMOTRON_H, "nemotron-h", "test")
+    assert (arch.linear_layers, arch.full_attention_layers) == (27, 4)
+    assert kv_bytes_per_token(arch, tp=1, layers=56, kv_dtype_bytes=2) == 4 * 2 * 8 * 128 * 2
+    state = (10240 + 2 * 8 * 128) * 3 * 2 + 128 * 80 * 128 * 4
+    assert state_page_bytes(arch, tp=1, model_dtype="bfloat16") == state
+    layout = hybrid_layout(
+        arch,
+        tp=1,
+        layers=56,
+        kv_dtype_bytes=2,
+        model_dtype="bfloat16",
+        block_size=16,
+        version=VllmVersion.parse("0.33.0"),
+        compute_capability=(9, 0),
+    )
+    # page per token and layer 2 x 8 x 128 x 2 = 4096 B; groups of 4: 1 attention + 7 state
+    assert layout.block_size == 16 * math.ceil(state / (16 * 4096))
+    assert (layout.group_size, layout.attention_groups, layout.state_groups) == (4, 1, 7)
+    # relu2 MLPs (up + down), one mixer per layer: 8.9 B parameters
+    params = weights_bytes(arch, tp=1, pp=1, stage=0, dtype="bfloat16", quant=None) / 2
+    assert 8.7e9 < params < 9.0e9
+
+
+def test_falcon_h1_runs_attention_and_mamba_in_every_layer() -> None:
+    arch = architecture_from_hf_config(FALCON_H1, "falcon-h1", "test")
+    assert arch.parallel_hybrid
+    assert (arch.linear_layers, arch.full_attention_layers) == (24, 24)
+    state = (3072 + 2 * 1 * 256) * 3 * 2 + 48 * 64 * 256 * 2
+    assert state_page_bytes(arch, tp=1, model_dtype="bfloat16") == state
+    layout = hybrid_layout(
+        arch,
+        tp=1,
+        layers=24,
+        kv_dtype_bytes=2,
+        model_dtype="bfloat16",
+        block_size=16,
+        version=VllmVersion.parse("0.11.0"),
+        compute_capability=(8, 0),
+    )
+    assert (layout.attention_groups, layout.state_groups, layout.state_blocks_per_seq) == (1, 1, 1)
+    assert layout.bytes_per_block == 24 * layout.block_size * 2 * 2 * 128 * 2

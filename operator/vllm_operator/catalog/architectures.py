@@ -171,6 +171,19 @@ class Architecture(BaseModel):
     # `linear_layers` hold one fixed state per sequence (see planning/memory.py hybrid_layout).
     linear_layers: int = Field(default=0, ge=0)
     linear_kind: LinearKind | None = None
+    attention_layer_count: int | None = Field(
+        default=None,
+        description="Layers with attention when it is not layers - linear_layers: Nemotron-H's "
+        "MLP-only layers hold neither; Falcon-H1 runs attention and Mamba in every layer.",
+    )
+    layer_pattern: str = Field(
+        default="",
+        description="Nemotron-H hybrid_override_pattern: M Mamba2, * attention, - MLP, E MoE "
+        "(one mixer per layer).",
+    )
+    parallel_hybrid: bool = Field(
+        default=False, description="Attention and Mamba side by side in every layer (Falcon-H1)."
+    )
     linear_num_key_heads: int | None = None
     linear_num_value_heads: int | None = None
     linear_key_head_dim: int | None = None
@@ -214,6 +227,8 @@ class Architecture(BaseModel):
 
     @property
     def full_attention_layers(self) -> int:
+        if self.attention_layer_count is not None:
+            return self.attention_layer_count
         return self.num_hidden_layers - (self.linear_layers if self.is_hybrid else 0)
 
     def is_full_attention(self, layer: int) -> bool:
@@ -426,6 +441,40 @@ def _hybrid_fields(cfg: dict[str, Any], layers: int, hidden: int) -> dict[str, A
             "mamba_d_state": cfg.get("mamba_d_state"),
             "linear_conv_kernel_dim": cfg.get("mamba_d_conv") or 4,
         }
+    pattern = cfg.get("hybrid_override_pattern")
+    if model_type == "nemotron_h" and isinstance(pattern, str) and "M" in pattern:
+        heads = cfg.get("mamba_num_heads")
+        head_dim = cfg.get("mamba_head_dim")
+        return {
+            "linear_layers": pattern.count("M"),
+            "attention_layer_count": pattern.count("*"),
+            "layer_pattern": pattern,
+            "linear_kind": LinearKind.MAMBA2,
+            # nemotron_h.py: intermediate = mamba_num_heads x mamba_head_dim
+            "mamba_intermediate_size": int(heads) * int(head_dim) if heads and head_dim else None,
+            "mamba_num_heads": heads,
+            "mamba_head_dim": head_dim,
+            "mamba_n_groups": _first(cfg, "n_groups", "mamba_num_groups") or 1,
+            "mamba_d_state": cfg.get("ssm_state_size"),
+            "linear_conv_kernel_dim": cfg.get("conv_kernel") or 4,
+            # models/config.py NemotronHForCausalLMConfig: float32 unless the config says
+            "mamba_ssm_dtype": cfg.get("mamba_ssm_cache_dtype") or "float32",
+        }
+    if model_type == "falcon_h1" or (cfg.get("mamba_d_ssm") and cfg.get("mamba_n_heads")):
+        return {
+            "linear_layers": layers,
+            "attention_layer_count": layers,
+            "parallel_hybrid": True,
+            "linear_kind": LinearKind.MAMBA2,
+            # falcon_h1.py: mamba_d_ssm, else mamba_expand x hidden
+            "mamba_intermediate_size": cfg.get("mamba_d_ssm")
+            or int(cfg.get("mamba_expand") or 2) * hidden,
+            "mamba_num_heads": cfg.get("mamba_n_heads"),
+            "mamba_head_dim": cfg.get("mamba_d_head"),
+            "mamba_n_groups": cfg.get("mamba_n_groups") or 1,
+            "mamba_d_state": cfg.get("mamba_d_state"),
+            "linear_conv_kernel_dim": cfg.get("mamba_d_conv") or 4,
+        }
     if model_type == "jamba":
         period = int(cfg.get("attn_layer_period") or 8)
         offset = int(cfg.get("attn_layer_offset") or 4)
@@ -519,7 +568,7 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         torch_dtype=dtype,
         tie_word_embeddings=bool(tie) if tie is not None else tie_default,
         gated_mlp=str(merged.get("mlp", "")) != "plain"
-        and model_type not in ("phi", "opt", "gpt2"),
+        and model_type not in ("phi", "opt", "gpt2", "nemotron_h"),  # nemotron_h: relu2 up/down
         attention_bias=bool(merged.get("attention_bias")) or model_type.startswith("qwen2"),
         num_experts=int(experts) if experts else None,
         num_experts_per_tok=merged.get("num_experts_per_tok"),

@@ -259,8 +259,10 @@ def is_full_attention_layer(arch: Architecture, layer: int) -> bool:
     """Whether layer `layer` of a hybrid holds per-token KV. The full-attention layers are
     spread evenly (every 4th layer of Qwen3-Next / Qwen3.5: (i + 1) % 4 == 0); only the split
     across pipeline stages depends on where they sit."""
-    if not arch.is_hybrid:
+    if not arch.is_hybrid or arch.parallel_hybrid:
         return True
+    if arch.layer_pattern:
+        return arch.layer_pattern[layer : layer + 1] == "*"
     full, layers = arch.full_attention_layers, arch.num_hidden_layers
     return (layer + 1) * full // layers > layer * full // layers
 
@@ -389,9 +391,23 @@ def decoder_layer_bytes(
     dense_q_bytes = quant.dense_bytes_per_param() if quant else unq
     total = 0.0
     attn_split, attn_rep = _attention_params(arch, tp, layer)
-    if not is_full_attention_layer(arch, layer):
+    if arch.parallel_hybrid:
+        attn_split += _linear_layer_params(arch, tp)  # Falcon-H1: both mixers in every layer
+    elif not is_full_attention_layer(arch, layer):
         attn_split, attn_rep = _linear_layer_params(arch, tp), 0.0
     routed, other_mlp, mlp_rep = _mlp_params(arch, layer, tp)
+    if arch.layer_pattern:
+        # Nemotron-H: one mixer per layer: M Mamba2, * attention, - MLP, E MoE
+        kind = arch.layer_pattern[layer : layer + 1]
+        if kind in ("-", "E"):
+            attn_split = attn_rep = 0.0
+        else:
+            routed = other_mlp = mlp_rep = 0.0
+        if kind == "-":
+            routed, mlp_rep = 0.0, 0.0
+            other_mlp = (
+                (3 if arch.gated_mlp else 2) * arch.hidden_size * arch.intermediate_size / tp
+            )
     attn_b = mlp_b = routed_b = float(unq)
     if quant is not None:
         mlp_quantised = not (
@@ -672,7 +688,7 @@ def hybrid_layout(
     one block holds one page of every layer in a group, so bytes per block = group size x page.
     """
     full = round(layers * arch.full_attention_layers / arch.num_hidden_layers)
-    linear = layers - full
+    linear = round(layers * arch.linear_layers / arch.num_hidden_layers)
     full += draft_attention_layers  # MTP / EAGLE layers join the attention layers
     heads = max(1, arch.num_key_value_heads // tp)
     attn_token = 2 * heads * arch.head_dim * kv_dtype_bytes
