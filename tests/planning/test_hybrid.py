@@ -404,3 +404,15 @@ def test_falcon_h1_runs_attention_and_mamba_in_every_layer() -> None:
     )
     assert (layout.attention_groups, layout.state_groups, layout.state_blocks_per_seq) == (1, 1, 1)
     assert layout.bytes_per_block == 24 * layout.block_size * 2 * 2 * 128 * 2
+
+
+def test_glm45_air_reads_as_a_gqa_moe_with_one_dense_layer_and_an_mtp_layer() -> None:
+    """GLM-4.5-Air config.json (glm4_moe): n_routed_experts 128 + n_shared_experts 1, top-8,
+    first_k_dense_replace 1, attention_bias; 106 B parameters as published (12 B active); KV
+    per token at TP 4: 46 x 2 x (8 / 4) x 128 x 2 B."""
+    arch = lookup_architecture("zai-org/GLM-4.5-Air")
+    assert (arch.kind, arch.num_experts, arch.num_shared_experts) == ("MoE", 128, 1)
+    assert (arch.first_k_dense_replace, arch.attention_bias, arch.num_mtp_layers) == (1, True, 1)
+    params = weights_bytes(arch, tp=1, pp=1, stage=0, dtype="bfloat16", quant=None) / 2
+    assert 106e9 < params < 108e9
+    assert kv_bytes_per_token(arch, tp=4, layers=46, kv_dtype_bytes=2) == 46 * 2 * 2 * 128 * 2
