@@ -416,3 +416,12 @@ def test_glm45_air_reads_as_a_gqa_moe_with_one_dense_layer_and_an_mtp_layer() ->
     params = weights_bytes(arch, tp=1, pp=1, stage=0, dtype="bfloat16", quant=None) / 2
     assert 106e9 < params < 108e9
     assert kv_bytes_per_token(arch, tp=4, layers=46, kv_dtype_bytes=2) == 46 * 2 * 2 * 128 * 2
+
+
+def test_hybrid_plans_ask_for_the_families_measured_error_as_headroom() -> None:
+    from vllm_operator.planning.fidelity import kv_error_margin
+
+    arch = lookup_architecture("Qwen/Qwen3.6-35B-A3B")
+    margin, why = kv_error_margin("0.19.0", arch)
+    assert margin == 0.10 and "hybrid" in why
+    assert kv_error_margin("0.33.0", arch)[0] == 0.12  # the era's own margin is larger
