@@ -133,6 +133,9 @@ def test_logged_kv_gib_gives_vllms_token_count_exactly() -> None:
     # mode, prefix caching on by default) = 69
     assert layout.blocks_per_request(131072) == 63 + 3 * 2
     assert int(blocks / layout.blocks_per_request(131072) * 131072) == 569_878
+    # the same setup in noonghunna/club-3090#612 (vLLM 0.24.0): 5.98 GiB -> 567,978 tokens, 4.33x
+    other = int(5.98 * GIB // layout.bytes_per_block)
+    assert (other, int(other / 69 * 131072), round(other / 69, 2)) == (299, 567_978, 4.33)
 
 
 def test_before_hybrid_prefix_caching_a_sequence_pins_one_state_block() -> None:
@@ -425,3 +428,34 @@ def test_hybrid_plans_ask_for_the_families_measured_error_as_headroom() -> None:
     margin, why = kv_error_margin("0.19.0", arch)
     assert margin == 0.10 and "hybrid" in why
     assert kv_error_margin("0.33.0", arch)[0] == 0.12  # the era's own margin is larger
+
+
+def test_mixed_precision_reads_the_per_layer_formats_when_the_config_lists_them() -> None:
+    """modelopt MIXED_PRECISION configs list every quantised layer with its quant_algo
+    (ModelOptMixedPrecisionConfig): attention / GDN projections FP8, shared experts and lm_head
+    NVFP4 here; what is not listed stays bf16."""
+    qc = {
+        "quant_method": "modelopt",
+        "quant_algo": "MIXED_PRECISION",
+        "config_groups": {
+            "group_0": {"weights": {"num_bits": 8, "type": "float"}},
+            "group_1": {"weights": {"num_bits": 4, "type": "float", "group_size": 16}},
+        },
+        "quantized_layers": {
+            "model.language_model.layers.0.linear_attn.in_proj_qkv": {"quant_algo": "FP8"},
+            "model.language_model.layers.3.self_attn.q_proj": {"quant_algo": "FP8"},
+            "model.language_model.layers.0.mlp.experts": {"quant_algo": "NVFP4"},
+            "model.language_model.layers.0.mlp.shared_expert.gate_proj": {"quant_algo": "NVFP4"},
+            "lm_head": {"quant_algo": "NVFP4"},
+        },
+    }
+    arch = architecture_from_hf_config({**QWEN36_35B_A3B, "quantization_config": qc}, "m", "t")
+    quant = arch.quantization
+    assert quant is not None
+    assert (quant.dense_bits, quant.shared_expert_bits, quant.lm_head_bits) == (8.0, 4.5, 4.5)
+    plain = quant.model_copy(update={"shared_expert_bits": None, "lm_head_bits": None})
+    with_head = weights_bytes(arch, tp=1, pp=1, stage=0, dtype="bfloat16", quant=quant)
+    without = weights_bytes(arch, tp=1, pp=1, stage=0, dtype="bfloat16", quant=plain)
+    head = 248320 * 2048 * (2 - 0.5625)
+    shared = 40 * (3 * 2048 * 512 + 2048) * (1 - 0.5625)  # + shared_expert_gate (h x 1)
+    assert without - with_head == pytest.approx(head + shared, rel=1e-6)

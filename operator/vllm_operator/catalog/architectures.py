@@ -95,6 +95,13 @@ class Quantization(BaseModel):
         "(modelopt MIXED_PRECISION: experts NVFP4, the rest FP8).",
     )
 
+    shared_expert_bits: float | None = Field(
+        default=None, description="Bits of the shared experts when they differ (MIXED_PRECISION)."
+    )
+    lm_head_bits: float | None = Field(
+        default=None, description="Bits of a quantised lm_head (MIXED_PRECISION lists it)."
+    )
+
     def dense_bytes_per_param(self) -> float:
         """Stored bytes per parameter of quantised non-expert layers."""
         if self.dense_bits is None:
@@ -320,6 +327,8 @@ def _quantization_from_config(qc: dict[str, Any] | None) -> Quantization | None:
         bits = _compressed_tensors_bits(qc)
         group = group or _compressed_tensors_group(qc)
     dense_bits: float | None = None
+    shared_bits: float | None = None
+    head_bits: float | None = None
     if method is QuantMethod.FP8 and str(qc.get("quant_method", "")).lower() == "modelopt":
         # modelopt names its format in quant_algo: FP8, NVFP4, or MIXED_PRECISION with
         # per-layer formats (config_groups of fp8 and 4-bit float weights).
@@ -328,6 +337,9 @@ def _quantization_from_config(qc: dict[str, Any] | None) -> Quantization | None:
             method, group = QuantMethod.NVFP4, group or 16
         elif algo == "MIXED_PRECISION" and _compressed_tensors_bits(qc, lowest=True) == 4:
             method, group, dense_bits = QuantMethod.NVFP4, 16, 8.0
+            layers = qc.get("quantized_layers")
+            if isinstance(layers, dict) and layers:
+                dense_bits, shared_bits, head_bits = _mixed_layer_bits(layers)
     if method is QuantMethod.COMPRESSED_TENSORS and _is_nvfp4_group(qc):
         method, group = QuantMethod.NVFP4, 16  # nvfp4-pack-quantized: fp8 scale per 16
     if method is QuantMethod.NVFP4:
@@ -345,7 +357,34 @@ def _quantization_from_config(qc: dict[str, Any] | None) -> Quantization | None:
         mlp_only=method is QuantMethod.FBGEMM_FP8,
         unquantized_mlp_layers=2 if method is QuantMethod.FBGEMM_FP8 else 0,
         dense_bits=dense_bits,
+        shared_expert_bits=shared_bits,
+        lm_head_bits=head_bits,
     )
+
+
+_ALGO_BITS = {"NVFP4": 4.5, "FP8": 8.0, "W4A8_AWQ": 4.25, "INT8": 8.0}
+
+
+def _mixed_layer_bits(layers: dict[str, Any]) -> tuple[float, float | None, float | None]:
+    """Stored bits of the non-expert layers, the shared experts and lm_head of a modelopt
+    MIXED_PRECISION checkpoint, from its per-layer `quantized_layers` (vLLM
+    quantization/modelopt.py ModelOptMixedPrecisionConfig reads the same dict). A category
+    without entries stays unquantised (16 bits); a category with several formats counts at the
+    widest (the safe side)."""
+    found: dict[str, float] = {}
+    for name, info in layers.items():
+        algo = str((info or {}).get("quant_algo", "")).upper() if isinstance(info, dict) else ""
+        bits = _ALGO_BITS.get(algo, 8.0)
+        if name.endswith("lm_head"):
+            key = "head"
+        elif "shared_expert" in name:
+            key = "shared"
+        elif ".experts" in name:
+            continue  # routed experts: the checkpoint's NVFP4
+        else:
+            key = "dense"
+        found[key] = max(found.get(key, 0.0), bits)
+    return found.get("dense", 16.0), found.get("shared"), found.get("head")
 
 
 def _compressed_tensors_bits(qc: dict[str, Any], *, lowest: bool = False) -> int:

@@ -421,6 +421,9 @@ def decoder_layer_bytes(
         if not quant.experts_only:
             mlp_b = dense_q_bytes if mlp_quantised else unq
             attn_b = unq if quant.mlp_only else dense_q_bytes
+        moe_layer = arch.is_moe and layer >= arch.first_k_dense_replace
+        if quant.shared_expert_bits is not None and moe_layer:
+            mlp_b = quant.shared_expert_bits / 8.0  # other_mlp of a MoE layer: shared experts
     if mxfp4 and routed:
         # expert tensors at the padded shape, plus bf16 biases w13 [E, 2I] and w2 [E, H]
         # (mxfp4.py create_weights registers w13_bias / w2_bias in torch.bfloat16)
@@ -480,7 +483,8 @@ def weights_bytes(
     if stage == pp - 1:
         total += arch.hidden_size * unq  # final norm
         if not arch.tie_word_embeddings or pp > 1:
-            total += embed
+            head_b = quant.lm_head_bits / 8.0 if quant and quant.lm_head_bits else unq
+            total += embed / unq * head_b
     return total
 
 
