@@ -459,3 +459,26 @@ def test_mixed_precision_reads_the_per_layer_formats_when_the_config_lists_them(
     head = 248320 * 2048 * (2 - 0.5625)
     shared = 40 * (3 * 2048 * 512 + 2048) * (1 - 0.5625)  # + shared_expert_gate (h x 1)
     assert without - with_head == pytest.approx(head + shared, rel=1e-6)
+
+
+def test_qwen3_next_from_the_catalog_and_a_hybrid_from_the_hub_gateway() -> None:
+    """Qwen3-Next-80B-A3B answers offline (48 layers, every 4th full attention, 80 B
+    parameters); a hybrid config.json read through the Hub gateway parses the same way."""
+    from typing import Any
+
+    from vllm_operator.hub.config import fetch_architecture
+
+    nxt = lookup_architecture("Qwen/Qwen3-Next-80B-A3B-Instruct")
+    assert (nxt.linear_layers, nxt.full_attention_layers) == (36, 12)
+    params = weights_bytes(nxt, tp=1, pp=1, stage=0, dtype="bfloat16", quant=None) / 2
+    assert 79e9 < params < 81e9
+
+    class Hub:
+        def fetch_config(
+            self, repo_id: str, *, revision: str | None = None, token: str | None = None
+        ) -> dict[str, Any]:
+            return QWEN36_35B_A3B
+
+    arch = fetch_architecture(Hub(), "Qwen/Qwen3.6-35B-A3B")
+    assert arch.is_hybrid and arch.source.endswith("/config.json")
+    assert state_page_bytes(arch, tp=1, model_dtype="bfloat16") == QWEN36_STATE_PAGE
