@@ -66,6 +66,9 @@ def qwen36() -> Architecture:
     return architecture_from_hf_config(QWEN36_35B_A3B, "Qwen/Qwen3.6-35B-A3B", "test")
 
 
+H100 = gpu_memory(lookup_gpu("NVIDIA-H100-80GB-HBM3"))
+
+
 def test_config_json_reads_the_layer_mix_and_gdn_dimensions() -> None:
     arch = qwen36()
     assert arch.is_hybrid and arch.kind == "hybrid"
@@ -482,3 +485,19 @@ def test_qwen3_next_from_the_catalog_and_a_hybrid_from_the_hub_gateway() -> None
     arch = fetch_architecture(Hub(), "Qwen/Qwen3.6-35B-A3B")
     assert arch.is_hybrid and arch.source.endswith("/config.json")
     assert state_page_bytes(arch, tp=1, model_dtype="bfloat16") == QWEN36_STATE_PAGE
+
+
+def test_short_sequences_still_pin_their_state_pages() -> None:
+    """At a context shorter than max_model_len a hybrid's sequence needs fewer attention blocks
+    but the same state blocks: tokens / context would overstate the concurrency the plan
+    promises (plan.py counts with sequences_at)."""
+    from vllm_operator.planning.memory import sequences_at
+
+    arch = lookup_architecture("Qwen/Qwen3.6-35B-A3B")
+    est = estimate_memory(arch, H100, EngineArgs(max_model_len=32768, quantization="fp8"))
+    blocks = est.num_gpu_blocks
+    assert sequences_at(est, 4096) == blocks / (math.ceil(4096 / 1088) + 3 * 3)
+    assert sequences_at(est, 4096) < est.kv_cache_tokens / 4096
+    assert sequences_at(est, 32768) == pytest.approx(est.max_concurrency, abs=0.01)
+    dense = estimate_memory(lookup_architecture("Qwen/Qwen3-8B"), H100, EngineArgs())
+    assert sequences_at(dense, 4096) == dense.kv_cache_tokens / 4096

@@ -170,6 +170,27 @@ class ResolvedArgs(BaseModel):
     max_lora_rank: int = 16
 
 
+class HybridLayout(BaseModel):
+    """How vLLM V1 lays out a hybrid model's KV cache on one rank (sizes in bytes)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    block_size: int
+    attention_page_per_token: int
+    state_page: int
+    group_size: int
+    attention_groups: int
+    state_groups: int
+    state_blocks_per_seq: int
+    bytes_per_block: int
+
+    def blocks_per_request(self, max_model_len: int) -> int:
+        """vLLM's get_max_concurrency_for_kv_cache_config: per group, cdiv(max memory of one
+        request, page), summed over the groups that share one block pool."""
+        attention = -(-max_model_len // self.block_size)
+        return self.attention_groups * attention + self.state_groups * self.state_blocks_per_seq
+
+
 class MemoryEstimate(BaseModel):
     """vLLM's startup memory profile as predicted for the rank that bounds the KV cache."""
 
@@ -193,6 +214,11 @@ class MemoryEstimate(BaseModel):
     max_concurrency: float
     fits: bool
     reasons: list[str]
+    hybrid_layout: HybridLayout | None = Field(
+        default=None,
+        description="A hybrid's block pool (attention and state groups): concurrency at a "
+        "context shorter than max_model_len counts the state pages each sequence pins.",
+    )
     startup_warnings: list[str] = Field(
         default_factory=list,
         description="Predicted failures after the KV cache is allocated (graph capture, "
@@ -619,27 +645,6 @@ GDN_CHECKPOINT_FROM = "0.33.0"
 HYBRID_PREFIX_CACHING_FROM = "0.12.0"
 
 
-class HybridLayout(BaseModel):
-    """How vLLM V1 lays out a hybrid model's KV cache on one rank (sizes in bytes)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    block_size: int
-    attention_page_per_token: int
-    state_page: int
-    group_size: int
-    attention_groups: int
-    state_groups: int
-    state_blocks_per_seq: int
-    bytes_per_block: int
-
-    def blocks_per_request(self, max_model_len: int) -> int:
-        """vLLM's get_max_concurrency_for_kv_cache_config: per group, cdiv(max memory of one
-        request, page), summed over the groups that share one block pool."""
-        attention = -(-max_model_len // self.block_size)
-        return self.attention_groups * attention + self.state_groups * self.state_blocks_per_seq
-
-
 def state_page_bytes(arch: Architecture, *, tp: int, model_dtype: str, spec_tokens: int = 0) -> int:
     """Bytes of one sequence's state in one fixed-state layer (vLLM MambaSpec.page_size_bytes
     before padding): conv state + recurrent state, shapes from mamba_utils.py
@@ -788,6 +793,15 @@ def non_torch_gib(sem: MemorySemantics, args: ResolvedArgs, sm: tuple[int, int] 
         big = sm is not None and sm >= (9, 0) and version.at_least("0.12.0")
         base += NON_TORCH_TP_GIB_SM90 if big else NON_TORCH_TP_GIB
     return base
+
+
+def sequences_at(est: MemoryEstimate, context_tokens: int) -> float:
+    """Sequences of `context_tokens` the KV cache holds. A hybrid's sequence pins its state
+    pages whatever its length, so it is counted in blocks (vLLM's own concurrency rule, see
+    HybridLayout.blocks_per_request), not as tokens / context."""
+    if est.hybrid_layout is not None:
+        return est.num_gpu_blocks / est.hybrid_layout.blocks_per_request(context_tokens)
+    return est.kv_cache_tokens / context_tokens
 
 
 def post_kv_slack_gib(tp: int) -> float:
@@ -1211,4 +1225,5 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         fits=fits,
         reasons=reasons,
         startup_warnings=startup,
+        hybrid_layout=best_layout,
     )

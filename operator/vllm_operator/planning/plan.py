@@ -34,6 +34,7 @@ from vllm_operator.planning.memory import (
     estimate_memory,
     post_kv_slack_gib,
     resolve_args,
+    sequences_at,
 )
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION, Engine, VllmVersion
 
@@ -216,8 +217,8 @@ def _batched_tokens(
 def _fits(est: MemoryEstimate, intent: PlanIntent, margin: float = 0.0) -> bool:
     """vLLM starts and the KV cache holds the target, after taking `margin` (the model's own
     measured error, planning/fidelity.py) off the predicted tokens."""
-    usable = est.kv_cache_tokens * (1.0 - margin)
-    return est.fits and usable / intent.p99_context_tokens >= intent.concurrency
+    usable = sequences_at(est, intent.p99_context_tokens) * (1.0 - margin)
+    return est.fits and usable >= intent.concurrency
 
 
 def _search(
@@ -284,7 +285,7 @@ def _search(
                 kv_dtype=kv_dtype,
                 dtype=dtype,
             )
-        conc = est.kv_cache_tokens / intent.p99_context_tokens
+        conc = sequences_at(est, intent.p99_context_tokens)
         if est.kv_cache_gib <= 0:
             notes.append(
                 f"TP={tp}: weights ({est.weights_gib:.2f} GiB per GPU) leave no room "
@@ -419,7 +420,7 @@ def plan_pool(
             last=last,
             other_gpus=other_gpus,
         )
-    conc = est.kv_cache_tokens / intent.p99_context_tokens
+    conc = sequences_at(est, intent.p99_context_tokens)
     promised = conc * (1.0 - margin) if within_error else conc
     if intent.prefix_caching is PrefixCaching.AUTO:
         prefix = est.engine is Engine.V1  # DM §3: on by default whenever V1 runs (0.8+)
@@ -510,7 +511,7 @@ def _fidelity_reasons(
     """
     pct = f"{margin * 100:.0f} %"
     if with_margin is None:
-        conc = bare.kv_cache_tokens / intent.p99_context_tokens
+        conc = sequences_at(bare, intent.p99_context_tokens)
         return [
             f"KV headroom within the model's error: {conc:.1f} sequences predicted against the "
             f"target {intent.concurrency}, but the KV prediction may be {pct} high for vLLM "
