@@ -501,3 +501,15 @@ def test_short_sequences_still_pin_their_state_pages() -> None:
     assert sequences_at(est, 32768) == pytest.approx(est.max_concurrency, abs=0.01)
     dense = estimate_memory(lookup_architecture("Qwen/Qwen3-8B"), H100, EngineArgs())
     assert sequences_at(dense, 4096) == dense.kv_cache_tokens / 4096
+
+
+def test_without_prefix_caching_a_sequence_pins_one_state_block() -> None:
+    """MambaModelConfig: prefix caching off -> mamba_cache_mode 'none' -> one state page per
+    sequence (MambaSpec.max_memory_usage_bytes), no checkpoint alignment."""
+    arch = lookup_architecture("Qwen/Qwen3.6-35B-A3B")
+    args = EngineArgs(max_model_len=32768, quantization="fp8")
+    on = estimate_memory(arch, H100, args)
+    off = estimate_memory(arch, H100, args.model_copy(update={"enable_prefix_caching": False}))
+    assert (on.args.block_size, off.args.block_size) == (1088, 1056)
+    assert off.hybrid_layout is not None and off.hybrid_layout.state_blocks_per_seq == 1
+    assert off.max_concurrency > on.max_concurrency

@@ -127,6 +127,11 @@ class EngineArgs(BaseModel):
     num_speculative_tokens: int = Field(default=0, ge=0)
     max_loras: int = Field(default=0, ge=0, description="LoRA slots (--max-loras); 0: no LoRA.")
     max_lora_rank: int = Field(default=16, ge=1)
+    enable_prefix_caching: bool | None = Field(
+        default=None,
+        description="None: the version's default. A hybrid without prefix caching pins one "
+        "state block per sequence instead of align mode's two or three.",
+    )
 
 
 class GpuMemory(BaseModel):
@@ -168,6 +173,7 @@ class ResolvedArgs(BaseModel):
     num_speculative_tokens: int = 0
     max_loras: int = 0
     max_lora_rank: int = 16
+    enable_prefix_caching: bool | None = None
 
 
 class HybridLayout(BaseModel):
@@ -685,6 +691,7 @@ def hybrid_layout(
     compute_capability: tuple[int, int] | None,
     draft_attention_layers: int = 0,
     spec_tokens: int = 0,
+    prefix_caching: bool = True,
 ) -> HybridLayout:
     """The attention block size and the shared block pool of a hybrid on one rank.
 
@@ -704,7 +711,7 @@ def hybrid_layout(
     # speculative tokens widen the conv state and pin one state block each
     # (MambaSpec num_speculative_blocks; mamba_utils.py num_spec)
     state = state_page_bytes(arch, tp=tp, model_dtype=model_dtype, spec_tokens=spec_tokens)
-    align_mode = version.at_least(HYBRID_PREFIX_CACHING_FROM)
+    align_mode = prefix_caching and version.at_least(HYBRID_PREFIX_CACHING_FROM)
     checkpoint = (
         align_mode
         and arch.linear_kind is LinearKind.GATED_DELTA_NET
@@ -1040,6 +1047,7 @@ def resolve_args(
             version=version,
             compute_capability=gpu.compute_capability,
             spec_tokens=args.num_speculative_tokens if args.speculative_method else 0,
+            prefix_caching=args.enable_prefix_caching is not False,
         )
         if layout.block_size != block:
             notes.append(
@@ -1068,6 +1076,7 @@ def resolve_args(
         num_speculative_tokens=args.num_speculative_tokens if args.speculative_method else 0,
         max_loras=args.max_loras,
         max_lora_rank=args.max_lora_rank,
+        enable_prefix_caching=args.enable_prefix_caching,
     )
     return resolved, sem, notes
 
@@ -1147,6 +1156,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
                 compute_capability=gpu.compute_capability,
                 draft_attention_layers=n_draft if last else 0,
                 spec_tokens=resolved.num_speculative_tokens,
+                prefix_caching=resolved.enable_prefix_caching is not False,
             )
             blocks = max(0, math.floor(kv * GIB / layout.bytes_per_block))
         else:

@@ -197,6 +197,7 @@ def _adapter_args(intent: PlanIntent) -> dict[str, Any]:
         "num_speculative_tokens": a.num_speculative_tokens,
         "max_loras": a.max_loras,
         "max_lora_rank": a.max_lora_rank,
+        "enable_prefix_caching": False if intent.prefix_caching is PrefixCaching.DISABLED else None,
     }
 
 
