@@ -513,3 +513,49 @@ def test_without_prefix_caching_a_sequence_pins_one_state_block() -> None:
     assert (on.args.block_size, off.args.block_size) == (1088, 1056)
     assert off.hybrid_layout is not None and off.hybrid_layout.state_blocks_per_seq == 1
     assert off.max_concurrency > on.max_concurrency
+
+
+def test_mtp_draft_layer_and_speculative_blocks_reproduce_a_logged_token_count() -> None:
+    """noonghunna/club-3090#594: a Qwen3.x-27B FP8 checkpoint (64 layers, 16 full attention,
+    GDN 16 / 48 heads) on two RTX 3090s, TP 2, fp8 KV, max_model_len 262144, MTP with 3
+    speculative tokens: 'Available KV cache memory: 5.33 GiB', 'GPU KV cache size: 300,220
+    tokens', 'Maximum concurrency ... 1.15x'. By the rule: the conv state grows by 3 positions
+    (state 5120 x 6 x 2 + 24 x 128 x 128 x 4 = 1,634,304 B per rank) -> block 1600 (vllm#53595
+    logs 1600 for this model with MTP 3 at TP 1 as well: twice the state over twice the KV
+    page); the MTP layer joins the 16 attention layers
+    (groups of 17: 1 attention + 3 state groups); a sequence pins cdiv(262144, 1600) = 164
+    attention blocks + 3 x (2 + 3) state blocks = 179."""
+    arch = lookup_architecture("Qwen3.8-27B")
+    layout = hybrid_layout(
+        arch,
+        tp=2,
+        layers=64,
+        kv_dtype_bytes=1,
+        model_dtype="bfloat16",
+        block_size=16,
+        version=VllmVersion.parse("0.24.0"),
+        compute_capability=(8, 6),
+        draft_attention_layers=1,
+        spec_tokens=3,
+    )
+    assert layout.state_page == 5120 * 6 * 2 + 24 * 128 * 128 * 4
+    assert (layout.block_size, layout.group_size, layout.state_groups) == (1600, 17, 3)
+    blocks = int(5.33 * GIB // layout.bytes_per_block)
+    assert layout.blocks_per_request(262144) == 164 + 3 * 5
+    assert int(blocks / 179 * 262144) == 300_220
+    assert round(blocks / 179, 2) == 1.15
+    # without speculation the same checkpoint aligns to 1568 (talos-argocd-proxmox#1995, bench
+    # row 59: 4.99 GiB -> 302,921 tokens at 131072, 2.31x)
+    plain = hybrid_layout(
+        arch,
+        tp=2,
+        layers=64,
+        kv_dtype_bytes=1,
+        model_dtype="bfloat16",
+        block_size=16,
+        version=VllmVersion.parse("0.24.0"),
+        compute_capability=(8, 6),
+    )
+    plain_blocks = int(4.99 * GIB // plain.bytes_per_block)
+    assert (plain.block_size, plain_blocks) == (1568, 208)
+    assert int(plain_blocks / plain.blocks_per_request(131072) * 131072) == 302_921
