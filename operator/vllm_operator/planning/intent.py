@@ -9,6 +9,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from vllm_operator.api.spec import LatencyProfile, PrefixCaching, VLLMServiceSpec
+from vllm_operator.planning.adapters import Adapters, adapters_from_extra_args
+from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION
 
 
@@ -60,9 +62,16 @@ class PlanIntent(BaseModel):
         default=(),
         description="Measured KV capacities of this pool's GPU type (learning from the fleet).",
     )
+    adapters: Adapters = Adapters()
 
     @classmethod
     def from_spec(cls, spec: VLLMServiceSpec) -> "PlanIntent":
+        try:
+            adapters = adapters_from_extra_args(spec.vllm.extra_args)
+        except PlanningInputError:
+            # a malformed --speculative-config / --max-loras stops vLLM itself; the argument
+            # check reports it (vllm.extraArgs), the memory plan goes on without it
+            adapters = Adapters()
         return cls(
             p99_context_tokens=spec.workload.p99_context_tokens,
             max_context_tokens=spec.workload.max_context_tokens,
@@ -75,4 +84,5 @@ class PlanIntent(BaseModel):
             dtype=spec.model.dtype.value,
             quantization=spec.model.quantization,
             vllm_version=spec.vllm.version or DEFAULT_VLLM_VERSION,
+            adapters=adapters,
         )

@@ -8,6 +8,7 @@ Infeasible with the reasons and concrete alternatives; it never cuts the request
 """
 
 import math
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +34,7 @@ from vllm_operator.planning.memory import (
     estimate_memory,
     post_kv_slack_gib,
     resolve_args,
+    sequences_at,
 )
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION, Engine, VllmVersion
 
@@ -185,8 +187,21 @@ def _estimate(
             quantization=intent.quantization,
             kv_cache_dtype=kv_dtype,
             vllm_version=intent.vllm_version,
+            **_adapter_args(intent),
         ),
     )
+
+
+def _adapter_args(intent: PlanIntent) -> dict[str, Any]:
+    """Speculative decoding and LoRA from the spec's extraArgs, as EngineArgs fields."""
+    a = intent.adapters
+    return {
+        "speculative_method": a.speculative_method,
+        "num_speculative_tokens": a.num_speculative_tokens,
+        "max_loras": a.max_loras,
+        "max_lora_rank": a.max_lora_rank,
+        "enable_prefix_caching": False if intent.prefix_caching is PrefixCaching.DISABLED else None,
+    }
 
 
 def _batched_tokens(
@@ -206,8 +221,8 @@ def _batched_tokens(
 def _fits(est: MemoryEstimate, intent: PlanIntent, margin: float = 0.0) -> bool:
     """vLLM starts and the KV cache holds the target, after taking `margin` (the model's own
     measured error, planning/fidelity.py) off the predicted tokens."""
-    usable = est.kv_cache_tokens * (1.0 - margin)
-    return est.fits and usable / intent.p99_context_tokens >= intent.concurrency
+    usable = sequences_at(est, intent.p99_context_tokens) * (1.0 - margin)
+    return est.fits and usable >= intent.concurrency
 
 
 def _observed(
@@ -346,7 +361,7 @@ def _search(
         ):
             batched //= 2  # a smaller prefill chunk shrinks the activation peak
             est, obs = at(tp, batched)
-        conc = est.kv_cache_tokens / intent.p99_context_tokens
+        conc = sequences_at(est, intent.p99_context_tokens)
         measured = " (measured by the engine)" if obs is not None else ""
         if est.kv_cache_gib <= 0:
             notes.append(
@@ -388,6 +403,7 @@ def plan_pool(
                 quantization=intent.quantization,
                 vllm_version=version,
                 max_model_len=None,
+                **_adapter_args(intent),
             ),
             arch.model_copy(update={"max_position_embeddings": None}),
             gpu,
@@ -490,7 +506,7 @@ def plan_pool(
             last=last,
             other_gpus=other_gpus,
         )
-    conc = est.kv_cache_tokens / intent.p99_context_tokens
+    conc = sequences_at(est, intent.p99_context_tokens)
     promised = conc * (1.0 - margin) if within_error else conc
     predicted: int | None = None
     if observed is not None:
@@ -606,7 +622,7 @@ def _lower_seqs(
     sequences of P99 context its measured KV cache holds; fewer sequences keep the observation
     valid (they never leave vLLM less KV), so the measured capacity still applies."""
     a = short.args
-    seqs = max(1, short.kv_cache_tokens // intent.p99_context_tokens)
+    seqs = max(1, math.floor(sequences_at(short, intent.p99_context_tokens)))
     est = _estimate(
         arch,
         gpu,
@@ -650,7 +666,7 @@ def _fidelity_reasons(
     """
     pct = f"{margin * 100:.0f} %"
     if with_margin is None:
-        conc = bare.kv_cache_tokens / intent.p99_context_tokens
+        conc = sequences_at(bare, intent.p99_context_tokens)
         return [
             f"KV headroom within the model's error: {conc:.1f} sequences predicted against the "
             f"target {intent.concurrency}, but the KV prediction may be {pct} high for vLLM "
