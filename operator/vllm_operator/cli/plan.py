@@ -27,8 +27,37 @@ from vllm_operator.reconcile.pools import PreparedService
 
 def result_dict(result: PlanResult) -> dict[str, Any]:
     data = result.model_dump(mode="json")
+    if data.get("layout", 0) is None:
+        del data["layout"]  # single-node plans print as they did before multi-node layouts
     data["feasible"] = isinstance(result, PoolPlan)
     return data
+
+
+def _print_layout(console: Console, result: PoolPlan) -> None:
+    """The multi-node layout and the memory of every stage (per GPU of the stage), GiB."""
+    layout = result.layout
+    if layout is None:
+        return
+    table = Table(
+        title=f"layout: {layout.nodes} nodes x {layout.gpus_per_node} GPUs "
+        f"(TP={layout.tensor_parallel_size} within a node, "
+        f"PP={layout.pipeline_parallel_size} across nodes); GiB per GPU, * bounds the KV cache"
+    )
+    for column in ("stage", "layers", "weights", "act.", "graphs", "KV free", "KV", "blocks"):
+        table.add_column(column, justify="right")
+    bound = min(s.num_gpu_blocks for s in layout.stages)
+    for s in layout.stages:
+        table.add_row(
+            str(s.stage),
+            str(s.layers),
+            f"{s.weights_gib:.2f}",
+            f"{s.activation_gib:.2f}",
+            f"{s.cuda_graph_gib:.2f}",
+            f"{s.kv_free_gib:.2f}",
+            f"{s.kv_cache_gib:.2f}",
+            f"{s.num_gpu_blocks:,}" + ("*" if s.num_gpu_blocks == bound else ""),
+        )
+    console.print(table)
 
 
 def _print_plan(console: Console, name: str, result: PlanResult) -> None:
@@ -69,6 +98,7 @@ def _print_plan(console: Console, name: str, result: PlanResult) -> None:
     table.add_row("KV cache tokens", f"{m.kv_cache_tokens:,}")
     table.add_row("concurrency at P99", f"{m.concurrency_at_p99:.2f}")
     console.print(table)
+    _print_layout(console, result)
     for reason in result.reasons:
         console.print(f"  - {reason}")
 

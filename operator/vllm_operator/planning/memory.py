@@ -155,6 +155,29 @@ class ResolvedArgs(BaseModel):
     optional_kernels: bool = True
 
 
+class StageMemory(BaseModel):
+    """One pipeline stage's rank: what it holds and how many KV blocks its memory would allow.
+
+    Each stage profiles its own memory (its layers, embeddings on the first, the final norm,
+    lm_head and the sampler on the last) and vLLM then gives every rank the smallest block count
+    of all (v1/core/kv_cache_planning.py get_kv_cache_configs, 0.33.0: "Change the num_blocks of
+    each rank to the smallest among all ranks"), so the KV cache a stage allocates is that
+    minimum times its own bytes per block, never more than its own free memory.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    stage: int = Field(ge=0)
+    layers: int = Field(ge=0)
+    weights_gib: float
+    activation_gib: float
+    cuda_graph_gib: float
+    kv_free_gib: float = Field(description="Budget left for the KV cache on this stage.")
+    kv_cache_gib: float = Field(description="KV cache allocated: the replica's blocks here.")
+    kv_bytes_per_token: int
+    num_gpu_blocks: int = Field(description="Blocks this stage alone would hold.")
+
+
 class MemoryEstimate(BaseModel):
     """vLLM's startup memory profile as predicted for the rank that bounds the KV cache."""
 
@@ -183,6 +206,11 @@ class MemoryEstimate(BaseModel):
         description="Predicted failures after the KV cache is allocated (graph capture, "
         "sampler warm-up): the KV figure stands, but vLLM may stop before serving.",
     )
+    stages: list[StageMemory] = Field(
+        default_factory=list,
+        description="Per pipeline stage (one entry without pipeline parallelism); the fields "
+        "above are the stage with the fewest blocks.",
+    )
 
 
 # ------------------------------------------------------------------------------------ weights
@@ -198,10 +226,18 @@ def dtype_bytes(dtype: str) -> int:
         ) from None
 
 
-def _layers_per_stage(layers: int, pp: int) -> list[int]:
-    """vLLM's even split (get_pp_indices): the remainder goes to the last stages."""
+def layers_per_stage(layers: int, pp: int) -> list[int]:
+    """Decoder layers per pipeline stage, as vLLM splits them.
+
+    vllm/distributed/utils.py get_pp_indices (same code in 0.11.0 and 0.33.0): every stage gets
+    layers // pp, and the remainder goes one each to the stages before the last, starting from
+    the second-to-last (`for i in range(2, remaining_layers + 2): partitions[-i] += 1`): the last
+    stage holds the final norm and lm_head, so it is spared the extra layer. 61 layers on 2
+    stages: [31, 30]; 126 on 4: [31, 32, 32, 31]. VLLM_PP_LAYER_PARTITION overrides it; the
+    operator does not set it.
+    """
     base, rem = divmod(layers, pp)
-    return [base + (1 if i >= pp - rem else 0) for i in range(pp)]
+    return [base + (1 if pp - 1 - rem <= i < pp - 1 else 0) for i in range(pp)]
 
 
 def _attention_params(arch: Architecture, tp: int) -> tuple[float, float]:
@@ -306,7 +342,7 @@ def weights_bytes(
     """Weight bytes on one rank of PP stage `stage` (embeddings first stage, lm_head last)."""
     unq = dtype_bytes(dtype)
     mxfp4 = quant is not None and quant.method is QuantMethod.MXFP4 and arch.is_moe
-    layers = _layers_per_stage(arch.num_hidden_layers, pp)
+    layers = layers_per_stage(arch.num_hidden_layers, pp)
     first = sum(layers[:stage])
     q_bytes = quant.bytes_per_param() if quant else unq
     total = 0.0
@@ -688,8 +724,9 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         elif sem.counts_cuda_context or sem.era is ProfilerEra.V0_DEVICE_DELTA:
             budget -= max(0.0, total - gpu.measured_free_gib)  # other tenants count against it
     nt = non_torch_gib(sem, resolved, gpu.compute_capability)
-    stages = _layers_per_stage(arch.num_hidden_layers, pp)
+    stages = layers_per_stage(arch.num_hidden_layers, pp)
     best: tuple[int, float, float, float, float, int] | None = None
+    per_stage: list[tuple[int, int, float, float, float, float, int]] = []
     for stage, layers in enumerate(stages):
         w = (
             weights_bytes(
@@ -710,10 +747,25 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         kv = budget - w - act - nt - (cg if sem.subtracts_cuda_graphs else 0.0)
         per_token = kv_bytes_per_token(arch, tp=tp, layers=layers, kv_dtype_bytes=kv_b)
         blocks = max(0, math.floor(kv * GIB / (resolved.block_size * per_token)))
+        per_stage.append((layers, per_token, w, act, cg, kv, blocks))
         if best is None or blocks < best[5]:
             best = (per_token, w, act, cg, kv, blocks)
     assert best is not None
     per_token, w, act, cg, kv, blocks = best
+    stage_memory = [
+        StageMemory(
+            stage=i,
+            layers=n,
+            weights_gib=round(sw, 4),
+            activation_gib=round(sa, 4),
+            cuda_graph_gib=round(sc, 4),
+            kv_free_gib=round(max(skv, 0.0), 4),
+            kv_cache_gib=round(blocks * resolved.block_size * spt / GIB, 4),
+            kv_bytes_per_token=spt,
+            num_gpu_blocks=sb,
+        )
+        for i, (n, spt, sw, sa, sc, skv, sb) in enumerate(per_stage)
+    ]
     tokens = blocks * resolved.block_size
     if (
         pp > 1
@@ -775,4 +827,5 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         fits=fits,
         reasons=reasons,
         startup_warnings=startup,
+        stages=stage_memory,
     )
