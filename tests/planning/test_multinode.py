@@ -1,15 +1,21 @@
 """Multi-node layouts (#17): TP within a node, PP across nodes, sized from per-stage memory."""
 
+import json
+from pathlib import Path
+
 import pytest
+from click.testing import CliRunner
 
 from vllm_operator.catalog.architectures import lookup_architecture
 from vllm_operator.catalog.gpus import lookup_gpu
-from vllm_operator.planning.alternatives import Infeasible
+from vllm_operator.cli.main import cli
+from vllm_operator.planning.alternatives import AlternativeKind, Infeasible
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.memory import EngineArgs, estimate_memory, layers_per_stage
 from vllm_operator.planning.plan import PoolPlan, plan_pool
 
+REPO = Path(__file__).resolve().parents[2]
 LLAMA405 = lookup_architecture("meta-llama/Llama-3.1-405B-Instruct")
 LLAMA70 = lookup_architecture("meta-llama/Llama-3.1-70B-Instruct")
 DEEPSEEK_V3 = lookup_architecture("deepseek-ai/DeepSeek-V3")
@@ -161,3 +167,100 @@ def test_single_node_status_has_no_layout() -> None:
     wire = result.to_status().to_wire()
     assert "layout" not in wire
     assert "pipeline_parallel_size" not in wire["engineArgs"]
+
+
+def test_a_node_limit_of_one_suggests_the_fewest_nodes_that_would_fit() -> None:
+    intent = PlanIntent(p99_context_tokens=8192, concurrency=16)
+    result = plan_pool(intent, A100, DEEPSEEK_V3)
+    assert isinstance(result, Infeasible)
+    (more,) = [a for a in result.alternatives if a.kind is AlternativeKind.MORE_NODES]
+    assert more.changes == {"maxNodesPerReplica": 2, "tensor_parallel_size": 8}
+    assert "raise spec.placement.maxNodesPerReplica to 2" in more.description
+    # Taking the suggestion plans exactly that layout: nothing is suggested the planner refuses.
+    taken = plan_pool(intent.model_copy(update={"max_nodes_per_replica": 2}), A100, DEEPSEEK_V3)
+    assert isinstance(taken, PoolPlan)
+    assert (taken.engine_args.tensor_parallel_size, taken.engine_args.pipeline_parallel_size) == (
+        8,
+        2,
+    )
+
+
+def test_infeasible_across_the_allowed_nodes_says_so() -> None:
+    # 405B bf16 on 2 L4 nodes of 8 GPUs: 756 GiB do not fit 16 x 22 GiB.
+    intent = PlanIntent(p99_context_tokens=8192, concurrency=8, max_nodes_per_replica=2)
+    result = plan_pool(intent, lookup_gpu("NVIDIA-L4"), LLAMA405)
+    assert isinstance(result, Infeasible)
+    assert "up to 8 GPUs per node on up to 2 nodes per replica" in result.reasons[0]
+    assert any(r.startswith("TP=8 PP=2 (2 nodes)") for r in result.reasons)
+    more = [a for a in result.alternatives if a.kind is AlternativeKind.MORE_NODES]
+    assert more and int(more[0].changes["maxNodesPerReplica"]) > 2
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+ESTIMATE_405B = (
+    "estimate",
+    "--model",
+    "meta-llama/Llama-3.1-405B-Instruct",
+    "--gpu",
+    "NVIDIA-H100-80GB-HBM3",
+    "--tensor-parallel-size",
+    "8",
+    "--max-model-len",
+    "8192",
+)
+
+
+def test_estimate_finds_the_fewest_nodes_and_prints_every_stage() -> None:
+    code, out = run(*ESTIMATE_405B, "--max-nodes", "4", "--gpus-per-node", "8", "-o", "json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["layout"] == {
+        "nodes": 2,
+        "tensor_parallel_size": 8,
+        "pipeline_parallel_size": 2,
+        "gpus_per_node": 8,
+    }
+    assert [s["layers"] for s in data["stages"]] == [63, 63]
+    assert data["reasons"][0].startswith("TP=8 PP=1 does not start")
+    code, out = run(*ESTIMATE_405B, "--max-nodes", "4")
+    assert code == 0, out
+    assert "layout: 2 nodes x 8 GPUs" in out and "stage" in out
+
+
+def test_estimate_without_enough_nodes_exits_1() -> None:
+    code, out = run(*ESTIMATE_405B, "--max-nodes", "1", "-o", "json")
+    assert code == 1, out
+    data = json.loads(out)
+    assert "layout" not in data and len(data["stages"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--gpus-per-node", "4"), "tensor parallelism stays within one node"),
+        (("--max-nodes", "2", "--pipeline-parallel-size", "3"), "above --max-nodes 2"),
+    ],
+)
+def test_estimate_node_options_reject_layouts_the_operator_would_not_run(
+    extra: tuple[str, ...], needle: str
+) -> None:
+    code, out = run(*ESTIMATE_405B, *extra)
+    assert code == 2 and needle in out
+
+
+def test_plan_node_options_override_the_spec(tmp_path: Path) -> None:
+    example = REPO / "examples" / "multinode" / "llama-3.1-405b-h100-2nodes.yaml"
+    code, out = run("plan", str(example), "-o", "json")
+    assert code == 0, out
+    assert json.loads(out)["pools"][0]["layout"]["nodes"] == 2
+    code, out = run("plan", str(example), "--max-nodes", "1", "-o", "json")
+    assert code == 1
+    # Four GPUs per node: TP stays within the node, so the same model needs more nodes.
+    code, out = run("plan", str(example), "--gpus-per-node", "4", "--max-nodes", "8", "-o", "json")
+    assert code == 0, out
+    layout = json.loads(out)["pools"][0]["layout"]
+    assert layout["gpus_per_node"] == 4 and layout["nodes"] == 4

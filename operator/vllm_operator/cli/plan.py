@@ -17,6 +17,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from vllm_operator.api.spec import VLLMServiceSpec
 from vllm_operator.catalog.gpus import GpuFacts
 from vllm_operator.cli.estimate import EXIT_NOT_FIT, EXIT_USAGE, resolve_gpu, usage_error
 from vllm_operator.cli.specs import EXIT_REJECTED, CliResolver, check_file, echo_refusal, prepare
@@ -103,6 +104,22 @@ def _print_plan(console: Console, name: str, result: PlanResult) -> None:
         console.print(f"  - {reason}")
 
 
+def _placed(
+    spec: VLLMServiceSpec, max_nodes: int | None, gpus_per_node: int | None
+) -> VLLMServiceSpec:
+    """The spec with the node options applied as the controller applies the inventory: the
+    tensor-parallel limit is the smaller of maxGPUsPerReplica and the node's GPUs."""
+    placement = spec.placement
+    update: dict[str, int] = {}
+    if max_nodes is not None:
+        update["max_nodes_per_replica"] = max_nodes
+    if gpus_per_node is not None:
+        update["max_gpus_per_replica"] = min(placement.max_gpus_per_replica, gpus_per_node)
+    if not update:
+        return spec
+    return spec.model_copy(update={"placement": placement.model_copy(update=update)})
+
+
 @click.command()
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option(
@@ -113,13 +130,30 @@ def _print_plan(console: Console, name: str, result: PlanResult) -> None:
     help="Plan for these GPU types instead of spec.placement.gpuTypes (repeatable).",
 )
 @click.option(
+    "--max-nodes",
+    type=click.IntRange(min=1, max=16),
+    help="Plan with this spec.placement.maxNodesPerReplica instead of the file's.",
+)
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(min=1),
+    help="GPUs on each node, as the controller reads them from the nodes: the tensor-parallel "
+    "size stays within it (default: spec.placement.maxGPUsPerReplica).",
+)
+@click.option(
     "-o",
     "--output",
     type=click.Choice(["table", "yaml", "json"]),
     default="table",
     show_default=True,
 )
-def plan(file: Path, gpus: tuple[str, ...], output: str) -> None:
+def plan(
+    file: Path,
+    gpus: tuple[str, ...],
+    max_nodes: int | None,
+    gpus_per_node: int | None,
+    output: str,
+) -> None:
     """Plan engine arguments for every VLLMService in FILE, per allowed GPU type.
 
     Exit 0 when every pool is planned, 1 when the operator would refuse a service (the reason
@@ -145,7 +179,7 @@ def plan(file: Path, gpus: tuple[str, ...], output: str) -> None:
         service = one.service
         labels = list(gpus) or list(service.spec.placement.gpu_types)
         facts: list[GpuFacts] = [resolve_gpu(label, None) for label in labels]
-        results = plan_service(service.spec, facts, one.arch)
+        results = plan_service(_placed(service.spec, max_nodes, gpus_per_node), facts, one.arch)
         for result in results:
             if isinstance(result, Infeasible):
                 worst = max(worst, EXIT_USAGE if result.usage_error else EXIT_NOT_FIT)

@@ -18,6 +18,7 @@ from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.memory import MemoryEstimate
 
 MAX_TP_ONE_NODE = 8  # tensor parallelism beyond one 8-GPU node is not suggested
+MAX_NODES_PER_REPLICA = 16  # the CRD's maximum of spec.placement.maxNodesPerReplica
 
 
 class Search(Protocol):
@@ -33,6 +34,7 @@ class AlternativeKind(StrEnum):
     FP8_KV_CACHE = "Fp8KvCache"
     QUANTIZED_CHECKPOINT = "QuantizedCheckpoint"
     OTHER_GPU_TYPE = "OtherGpuType"
+    MORE_NODES = "MoreNodesPerReplica"
     LOWER_CONCURRENCY = "LowerConcurrency"
 
 
@@ -86,16 +88,21 @@ def infeasible(
     notes: list[str],
     last: MemoryEstimate | None,
     other_gpus: tuple[GpuFacts, ...],
+    more_nodes: Callable[[int], MemoryEstimate | None] | None = None,
 ) -> Infeasible:
     """The reasons the intent does not fit `facts`, and every single change that would fit.
 
     Each alternative is checked by running the planner's own search again with that one knob
     changed (`search`), or by planning another GPU type (`plan_other`: its TP and concurrency at
     P99 when it fits): nothing is suggested that the planner would not then accept.
+    `more_nodes(pp)`: the planner's search at `pp` pipeline stages (nodes), for the fewest
+    nodes beyond spec.placement.maxNodesPerReplica that would hold the target.
     """
+    nodes = intent.max_nodes_per_replica
     reasons = [
         f"{intent.concurrency} sequences of {intent.p99_context_tokens} tokens do not fit on "
-        f"{facts.label} with up to {intent.max_gpus_per_replica} GPUs per replica",
+        f"{facts.label} with up to {intent.max_gpus_per_replica} GPUs per "
+        + (f"node on up to {nodes} nodes per replica" if nodes > 1 else "replica"),
         *notes,
     ]
     if last is not None:
@@ -163,6 +170,22 @@ def infeasible(
                     changes={"gpuType": other.label},
                 )
             )
+    if more_nodes is not None:
+        for pp in range(nodes + 1, min(MAX_NODES_PER_REPLICA, arch.num_hidden_layers) + 1):
+            spread = more_nodes(pp)
+            if spread is None:
+                continue
+            tp = spread.args.tensor_parallel_size
+            alternatives.append(
+                Alternative(
+                    kind=AlternativeKind.MORE_NODES,
+                    description=f"raise spec.placement.maxNodesPerReplica to {pp}: TP={tp} "
+                    f"within each node and PP={pp} across {pp} nodes fits "
+                    f"{spread.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
+                    changes={"maxNodesPerReplica": pp, "tensor_parallel_size": tp},
+                )
+            )
+            break
     if last is not None and last.fits and last.kv_cache_tokens >= intent.p99_context_tokens:
         most = last.kv_cache_tokens // intent.p99_context_tokens
         alternatives.append(

@@ -479,6 +479,17 @@ def plan_pool(
             notes=notes + tp_notes,
             last=last,
             other_gpus=other_gpus,
+            more_nodes=lambda nodes: _search(
+                arch,
+                gpu,
+                intent,
+                util=util,
+                max_len=max_len,
+                dtype=dtype,
+                kv_dtype="auto",
+                tp_limit=intent.max_gpus_per_replica,
+                pp=nodes,
+            )[0],
         )
     conc = est.kv_cache_tokens / intent.p99_context_tokens
     promised = conc * (1.0 - margin) if within_error else conc
