@@ -8,6 +8,8 @@ from click.testing import CliRunner
 
 from vllm_operator.catalog.architectures import lookup_architecture
 from vllm_operator.catalog.gpus import lookup_gpu
+from vllm_operator.catalog.vllm.loader import supported_versions
+from vllm_operator.catalog.vllm.validate import render_engine_args
 from vllm_operator.cli.main import cli
 from vllm_operator.planning.alternatives import AlternativeKind, Infeasible
 from vllm_operator.planning.gpu import gpu_memory
@@ -243,6 +245,7 @@ def test_estimate_without_enough_nodes_exits_1() -> None:
     [
         (("--gpus-per-node", "4"), "tensor parallelism stays within one node"),
         (("--max-nodes", "2", "--pipeline-parallel-size", "3"), "above --max-nodes 2"),
+        (("--pipeline-parallel-size", "127"), "127 stages for the 126 layers"),
     ],
 )
 def test_estimate_node_options_reject_layouts_the_operator_would_not_run(
@@ -264,3 +267,24 @@ def test_plan_node_options_override_the_spec(tmp_path: Path) -> None:
     assert code == 0, out
     layout = json.loads(out)["pools"][0]["layout"]
     assert layout["gpus_per_node"] == 4 and layout["nodes"] == 4
+
+
+def test_every_supported_version_renders_the_planned_pipeline_size() -> None:
+    """The seam's contract: a planned pipeline_parallel_size becomes --pipeline-parallel-size
+    in every release the catalog supports (the flag exists in all of them)."""
+    result = plan_pool(
+        PlanIntent(p99_context_tokens=8192, concurrency=32, max_nodes_per_replica=2),
+        H100,
+        LLAMA405,
+    )
+    assert isinstance(result, PoolPlan)
+    wire = result.engine_args.to_wire()
+    parallel = {k: wire[k] for k in ("tensor_parallel_size", "pipeline_parallel_size")}
+    for version in supported_versions():
+        argv = render_engine_args(version, parallel)
+        assert argv == ["--tensor-parallel-size", "8", "--pipeline-parallel-size", "2"], version
+    single = plan_pool(PlanIntent(p99_context_tokens=8192, concurrency=32), H100, LLAMA70)
+    assert isinstance(single, PoolPlan)
+    assert "--pipeline-parallel-size" not in render_engine_args(
+        "0.33.0", single.engine_args.rendered()
+    )

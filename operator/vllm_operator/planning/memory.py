@@ -619,6 +619,13 @@ def resolve_args(
     version = VllmVersion.parse(args.vllm_version)
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     check_tensor_parallel(arch, tp)
+    if pp > arch.num_hidden_layers:
+        # get_pp_indices would leave a stage without a layer; no layout the operator runs
+        raise PlanningInputError(
+            "pipeline_parallel_size",
+            f"{pp} stages for the {arch.num_hidden_layers} layers of {arch.name}; use at most "
+            f"{arch.num_hidden_layers}",
+        )
     kv_dtype = args.kv_cache_dtype
     fp8_kv = kv_dtype in KV_DTYPES_FP8 or kv_dtype == "fp8_ds_mla"
     if fp8_kv and not gpu.fp8_kv:
