@@ -288,3 +288,14 @@ def test_every_supported_version_renders_the_planned_pipeline_size() -> None:
     assert "--pipeline-parallel-size" not in render_engine_args(
         "0.33.0", single.engine_args.rendered()
     )
+
+
+def test_alternatives_of_a_multi_node_intent_are_searched_across_its_nodes() -> None:
+    # 405B bf16 on two H100 nodes holds ~84 sequences of 8K; 120 need an fp8 KV cache (half the
+    # bytes per token, on the same two nodes) or a third node.
+    intent = PlanIntent(p99_context_tokens=8192, concurrency=120, max_nodes_per_replica=2)
+    result = plan_pool(intent, H100, LLAMA405)
+    assert isinstance(result, Infeasible)
+    by_kind = {a.kind: a for a in result.alternatives}
+    assert "TP=8 PP=2 fits" in by_kind[AlternativeKind.FP8_KV_CACHE].description
+    assert by_kind[AlternativeKind.MORE_NODES].changes["maxNodesPerReplica"] == 3

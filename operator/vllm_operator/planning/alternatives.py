@@ -66,6 +66,13 @@ class Infeasible(BaseModel):
         return False
 
 
+def layout_label(est: MemoryEstimate) -> str:
+    """'TP=4', or 'TP=8 PP=2' for a layout across nodes."""
+    pp = est.args.pipeline_parallel_size
+    tp = est.args.tensor_parallel_size
+    return f"TP={tp}" if pp == 1 else f"TP={tp} PP={pp}"
+
+
 def quantized_variant(arch: Architecture) -> Architecture:
     return arch.model_copy(
         update={
@@ -84,7 +91,7 @@ def infeasible(
     *,
     dtype: str,
     search: Search,
-    plan_other: Callable[[GpuFacts], tuple[int, float] | None],
+    plan_other: Callable[[GpuFacts], tuple[str, float] | None],
     notes: list[str],
     last: MemoryEstimate | None,
     other_gpus: tuple[GpuFacts, ...],
@@ -93,7 +100,7 @@ def infeasible(
     """The reasons the intent does not fit `facts`, and every single change that would fit.
 
     Each alternative is checked by running the planner's own search again with that one knob
-    changed (`search`), or by planning another GPU type (`plan_other`: its TP and concurrency at
+    changed (`search`), or by planning another GPU type (`plan_other`: its layout and concurrency at
     P99 when it fits): nothing is suggested that the planner would not then accept.
     `more_nodes(pp)`: the planner's search at `pp` pipeline stages (nodes), for the fewest
     nodes beyond spec.placement.maxNodesPerReplica that would hold the target.
@@ -114,7 +121,8 @@ def infeasible(
         alternatives.append(
             Alternative(
                 kind=AlternativeKind.LARGER_TP,
-                description=f"raise spec.placement.maxGPUsPerReplica to {tp}: TP={tp} fits "
+                description=f"raise spec.placement.maxGPUsPerReplica to {tp}: "
+                f"{layout_label(bigger)} fits "
                 f"{bigger.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
                 changes={"maxGPUsPerReplica": tp},
             )
@@ -126,7 +134,7 @@ def infeasible(
                 Alternative(
                     kind=AlternativeKind.FP8_KV_CACHE,
                     description=f"an fp8 KV cache (--kv-cache-dtype fp8, halves KV bytes; "
-                    f"compute capability {facts.cc_text}): TP={fp8.args.tensor_parallel_size} fits "
+                    f"compute capability {facts.cc_text}): {layout_label(fp8)} fits "
                     f"{fp8.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
                     changes={
                         "kv_cache_dtype": "fp8",
@@ -143,6 +151,7 @@ def infeasible(
         )
         if q is not None:
             q_tp = q.args.tensor_parallel_size
+            q_label = layout_label(q)
             raise_tp = (
                 f" and spec.placement.maxGPUsPerReplica {q_tp}"
                 if q_tp > intent.max_gpus_per_replica
@@ -152,7 +161,7 @@ def infeasible(
                 Alternative(
                     kind=AlternativeKind.QUANTIZED_CHECKPOINT,
                     description=f"a 4-bit AWQ/GPTQ checkpoint of {arch.name} (spec.model.name of "
-                    f"the quantised repo){raise_tp}: TP={q_tp} fits "
+                    f"the quantised repo){raise_tp}: {q_label} fits "
                     f"{q.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
                     changes={"quantization": "awq", "tensor_parallel_size": q_tp},
                 )
@@ -162,11 +171,11 @@ def infeasible(
             continue
         result = plan_other(other)
         if result is not None:
-            tp, concurrency = result
+            label, concurrency = result
             alternatives.append(
                 Alternative(
                     kind=AlternativeKind.OTHER_GPU_TYPE,
-                    description=f"{other.label}: TP={tp} fits {concurrency:.1f} sequences",
+                    description=f"{other.label}: {label} fits {concurrency:.1f} sequences",
                     changes={"gpuType": other.label},
                 )
             )
@@ -191,8 +200,8 @@ def infeasible(
         alternatives.append(
             Alternative(
                 kind=AlternativeKind.LOWER_CONCURRENCY,
-                description=f"lower spec.workload.concurrency to {most}: TP="
-                f"{last.args.tensor_parallel_size} holds {most} sequences of "
+                description=f"lower spec.workload.concurrency to {most}: "
+                f"{layout_label(last)} holds {most} sequences of "
                 f"{intent.p99_context_tokens} tokens (the context is never cut)",
                 changes={"concurrency": most},
             )

@@ -458,16 +458,22 @@ def plan_pool(
         def search(
             arch: Architecture, intent: PlanIntent, dtype: str, kv_dtype: str, tp_limit: int
         ) -> MemoryEstimate | None:
-            return _search(
-                arch,
-                gpu,
-                intent,
-                util=util,
-                max_len=max_len,
-                dtype=dtype,
-                kv_dtype=kv_dtype,
-                tp_limit=tp_limit,
-            )[0]
+            # As the plan itself searches: one node, then up to maxNodesPerReplica stages.
+            for nodes in range(1, min(intent.max_nodes_per_replica, arch.num_hidden_layers) + 1):
+                found = _search(
+                    arch,
+                    gpu,
+                    intent,
+                    util=util,
+                    max_len=max_len,
+                    dtype=dtype,
+                    kv_dtype=kv_dtype,
+                    tp_limit=tp_limit,
+                    pp=nodes,
+                )[0]
+                if found is not None:
+                    return found
+            return None
 
         return infeasible(
             intent,
@@ -640,11 +646,16 @@ def _batched_default(intent: PlanIntent) -> int:
 
 def _fit_elsewhere(
     intent: PlanIntent, gpu: GpuFacts, arch: Architecture
-) -> tuple[int, float] | None:
-    """TP and concurrency at P99 of the plan on another GPU type, when the intent fits there."""
+) -> tuple[str, float] | None:
+    """Layout ('TP=4', 'TP=8 PP=2') and concurrency at P99 of the plan on another GPU type,
+    when the intent fits there."""
     result = plan_pool(intent, gpu, arch)
     if isinstance(result, PoolPlan):
-        return result.engine_args.tensor_parallel_size, result.memory.concurrency_at_p99
+        args = result.engine_args
+        label = f"TP={args.tensor_parallel_size}"
+        if args.pipeline_parallel_size is not None:
+            label += f" PP={args.pipeline_parallel_size}"
+        return label, result.memory.concurrency_at_p99
     return None
 
 
