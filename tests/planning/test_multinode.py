@@ -299,3 +299,12 @@ def test_alternatives_of_a_multi_node_intent_are_searched_across_its_nodes() -> 
     by_kind = {a.kind: a for a in result.alternatives}
     assert "TP=8 PP=2 fits" in by_kind[AlternativeKind.FP8_KV_CACHE].description
     assert by_kind[AlternativeKind.MORE_NODES].changes["maxNodesPerReplica"] == 3
+
+
+def test_another_gpu_types_check_skips_the_alternatives_searches() -> None:
+    intent = PlanIntent(p99_context_tokens=8192, concurrency=16)
+    full = plan_pool(intent, A100, DEEPSEEK_V3)
+    bare = plan_pool(intent, A100, DEEPSEEK_V3, alternatives=False)
+    assert isinstance(full, Infeasible) and isinstance(bare, Infeasible)
+    assert full.alternatives and not bare.alternatives
+    assert bare.reasons and set(bare.reasons) <= set(full.reasons)

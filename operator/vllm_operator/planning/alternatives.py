@@ -66,6 +66,29 @@ class Infeasible(BaseModel):
         return False
 
 
+def _fewest_nodes(
+    search: Callable[[int], MemoryEstimate | None], lo: int, hi: int
+) -> tuple[int, MemoryEstimate] | None:
+    """The fewest stages in [lo, hi] at which `search` fits.
+
+    The largest layout is tried first: more stages never hold fewer KV tokens at the same TP
+    (tests/planning/test_multinode_properties.py), so when `hi` does not fit nothing does, and a
+    model that fits nowhere costs one search instead of fifteen (an infeasible pool is planned
+    again whenever its inputs change). Otherwise the answer is usually a node or two more, so
+    the scan goes up from `lo`.
+    """
+    if lo > hi:
+        return None
+    widest = search(hi)
+    if widest is None:
+        return None
+    for pp in range(lo, hi):
+        est = search(pp)
+        if est is not None:
+            return pp, est
+    return hi, widest
+
+
 def layout_label(est: MemoryEstimate) -> str:
     """'TP=4', or 'TP=8 PP=2' for a layout across nodes."""
     pp = est.args.pipeline_parallel_size
@@ -180,10 +203,11 @@ def infeasible(
                 )
             )
     if more_nodes is not None:
-        for pp in range(nodes + 1, min(MAX_NODES_PER_REPLICA, arch.num_hidden_layers) + 1):
-            spread = more_nodes(pp)
-            if spread is None:
-                continue
+        found = _fewest_nodes(
+            more_nodes, nodes + 1, min(MAX_NODES_PER_REPLICA, arch.num_hidden_layers)
+        )
+        if found is not None:
+            pp, spread = found
             tp = spread.args.tensor_parallel_size
             alternatives.append(
                 Alternative(
@@ -194,7 +218,6 @@ def infeasible(
                     changes={"maxNodesPerReplica": pp, "tensor_parallel_size": tp},
                 )
             )
-            break
     if last is not None and last.fits and last.kv_cache_tokens >= intent.p99_context_tokens:
         most = last.kv_cache_tokens // intent.p99_context_tokens
         alternatives.append(

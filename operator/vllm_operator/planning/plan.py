@@ -349,11 +349,14 @@ def plan_pool(
     *,
     measured_free_mib: float | None = None,
     other_gpus: tuple[GpuFacts, ...] = (),
+    alternatives: bool = True,
 ) -> PlanResult:
     """Engine arguments for one GPU type, or Infeasible with reasons and alternatives.
 
     `measured_free_mib`: free memory an NVML probe measured on this GPU type (a later issue);
     when given it caps gpu_memory_utilization and the breakdown records it as the budget source.
+    `alternatives=False`: an Infeasible without alternatives, for a caller that only asks
+    whether the intent fits (another GPU type's alternative), sparing their searches.
     """
     gpu = gpu_memory(gpu_facts, measured_free_mib=measured_free_mib)
     version = intent.vllm_version
@@ -453,6 +456,8 @@ def plan_pool(
         fidelity = _fidelity_reasons(safe, est, intent, margin, margin_why)
         within_error = safe is None
         est = safe or est
+    if est is None and not alternatives:
+        return Infeasible(gpu_type=gpu_facts.label, vllm_version=version, reasons=notes + tp_notes)
     if est is None:
 
         def search(
@@ -649,7 +654,7 @@ def _fit_elsewhere(
 ) -> tuple[str, float] | None:
     """Layout ('TP=4', 'TP=8 PP=2') and concurrency at P99 of the plan on another GPU type,
     when the intent fits there."""
-    result = plan_pool(intent, gpu, arch)
+    result = plan_pool(intent, gpu, arch, alternatives=False)
     if isinstance(result, PoolPlan):
         args = result.engine_args
         label = f"TP={args.tensor_parallel_size}"
