@@ -324,3 +324,14 @@ def test_extra_args_and_engine_args_check_json_values() -> None:
     ]
     with pytest.raises(ArgsError, match='unknown key "zz"'):
         render_engine_args("0.33.0", {"kv_transfer_config": {"zz": 1}})
+
+
+def test_extra_args_dotted_keys_and_shorthands_render_as_the_parser_reads_them() -> None:
+    argv = render_extra_args(
+        "0.33.0",
+        {"--compilation-config.mode": "3", "--compilation-config.cudagraph_mode": '"FULL"'},
+    )
+    assert argv == ["--compilation-config", '{"mode": 3, "cudagraph_mode": "FULL"}']
+    assert render_extra_args("0.33.0", {"-O": "3"}) == ["--optimization-level", "3"]
+    with pytest.raises(ArgsError, match='unknown key "level"'):
+        render_extra_args("0.33.0", {"--compilation-config.level": "3"})

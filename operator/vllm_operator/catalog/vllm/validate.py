@@ -751,14 +751,21 @@ def render_extra_args(
     """spec.vllm.extraArgs (``{"--flag": "value"}``) -> checked argv for ``version``.
 
     ``"true"``/``"false"`` on a boolean flag become ``--flag`` / ``--no-flag``; ``""`` means a
-    flag without a value.  Raises ArgsError listing every problem.
+    flag without a value; dotted keys (``--compilation-config.mode``) and ``-O`` shorthands are
+    rewritten as the release's parser does and rendered as one JSON value per flag.  Raises
+    ArgsError listing every problem.
     """
     version_position(version)
     catalog = load_version(version)
     argv: list[str] = []
     problems: list[Problem] = []
+    forms: list[str] = []  # dotted keys and -O shorthands, merged and checked together
     for option, value in extra_args.items():
         resolved = _resolve(option, version)
+        written = [option, value] if value != "" else [option]
+        if resolved is None and _rewrite_forms(catalog.argv_forms, written) != written:
+            forms.extend(written)
+            continue
         if resolved is None:
             problems.append(
                 Problem(flag=option, value=value, message=_unknown_or_abbrev(option, version))
@@ -798,6 +805,19 @@ def render_extra_args(
             problems.append(Problem(flag=option, value=value, message=reason))
             continue
         argv.extend([primary, value] if value != "" else [primary])
+    if forms:
+        # ``{"--compilation-config.mode": "3", "-O": "3"}``: rewritten as the release's parser
+        # does (one JSON value per flag), then checked like any argv.
+        rewritten = _rewrite_forms(catalog.argv_forms, forms)
+        found = check_argv(
+            version,
+            rewritten,
+            allow_planner_override=allow_planner_override,
+            check_collisions=True,
+        )
+        problems.extend(found)
+        if not found:
+            argv.extend(rewritten)
     if problems:
         raise ArgsError(version, problems)
     return argv
