@@ -335,3 +335,9 @@ def test_extra_args_dotted_keys_and_shorthands_render_as_the_parser_reads_them()
     assert render_extra_args("0.33.0", {"-O": "3"}) == ["--optimization-level", "3"]
     with pytest.raises(ArgsError, match='unknown key "level"'):
         render_extra_args("0.33.0", {"--compilation-config.level": "3"})
+
+
+def test_dotted_keys_before_the_release_that_reads_them() -> None:
+    (msg,) = messages("0.8.5.post1", ["--compilation-config.level=3"])
+    assert msg.startswith("--compilation-config.level: vLLM 0.8.5.post1 does not accept dotted")
+    assert "pass the JSON value to --compilation-config" in msg

@@ -699,6 +699,14 @@ def check_argv(
 
 
 def _unknown_or_abbrev(option: str, version: str) -> str:
+    base = option.split(".", 1)[0]
+    if "." in option and base != option and _resolve(base, version) is not None:
+        since = [v for v in supported_versions() if load_version(v).argv_forms.dotted]
+        tail = f" (they are accepted from {since[0]})" if since else ""
+        return (
+            f"{option}: vLLM {version} does not accept dotted keys{tail}; pass the JSON value "
+            f"to {base}"
+        )
     if option.startswith("--") and option not in option_presence():
         candidates = [o for o in option_index(version) if o.startswith(option)]
         if candidates:
