@@ -128,7 +128,13 @@ class Controller:
         self.plans = PlanCache()
         self._conflicts_warned: dict[tuple[str, str], set[str]] = {}
         # Run-time remediation: one loop for every service (no Kopf timer, so no finalizer).
-        self.scheduler = EvaluationScheduler(self._evaluate_scheduled, clock=monotonic)
+        # Prometheus is asked once per signal for all services due in a tick (#21).
+        self.scheduler = EvaluationScheduler(
+            self._evaluate_scheduled,
+            clock=monotonic,
+            before=self._prefetch,
+            after=self.evaluator.end_tick,
+        )
         # Bursts of edits roll pods once (reconcile/settle.py).
         self.settle = SettleTracker(settle_seconds, monotonic)
         self._monotonic = monotonic
@@ -391,6 +397,11 @@ class Controller:
                 key[1],
                 one_line(str(exc)),
             )
+
+    def _prefetch(self, keys: list[tuple[str, str]]) -> None:
+        """The scheduler's tick hook: the due services' metrics in one batch (reads are cached)."""
+        bodies = [self.gw.get(Kind.VLLM_SERVICE, namespace, name) for namespace, name in keys]
+        self.evaluator.prefetch([b for b in bodies if b is not None])
 
     def _evaluate_scheduled(self, namespace: str, name: str) -> None:
         """The scheduler's callback: a retryable failure comes back after its own delay."""
