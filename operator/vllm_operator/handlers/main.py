@@ -1,6 +1,8 @@
 """Wire the real gateways to the controller and start Kopf."""
 
+import ctypes
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +31,30 @@ log = logging.getLogger(__name__)
 # and how often the operator-managed CA is checked for renewal and its bundle re-patched.
 CERT_FILE_CHECK_SECONDS = 10.0
 CERT_RENEW_CHECK_SECONDS = 300.0
+
+M_ARENA_MAX = -8
+"""glibc's mallopt() parameter for the number of malloc arenas (malloc.h)."""
+MALLOC_ARENAS = 2
+
+
+def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas before the worker threads start; True when applied.
+
+    Why: glibc gives each thread that meets contention an arena of its own (up to 8 per core),
+    and memory freed in one is not reused by another. The operator's 16 handler threads each
+    decode API responses and watch events, so after the creation burst of 1000 services ~190 MiB
+    of the process sat in per-thread arenas (#21: 433 MiB resident, the peak RSS target is
+    200 MiB). Two arenas bound that fragmentation; contention is low because the threads mostly
+    wait on the API server. An explicit MALLOC_ARENA_MAX in the environment wins (glibc has read
+    it already); on a C library without mallopt nothing happens.
+    """
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_ARENA_MAX, arenas))
 
 
 @dataclass(frozen=True)
@@ -101,6 +127,8 @@ def run_operator(
     webhook: WebhookOptions | None = None,
 ) -> None:
     """Block running the operator until it is stopped."""
+    if limit_malloc_arenas():
+        log.info("Limited malloc arenas count=%d", MALLOC_ARENAS)
     api_client = load_config(kubeconfig)
     api = ApiGateway(api_client)
     secrets: SecretReader = api if read_token_secrets else NoTokenSecrets()
