@@ -92,6 +92,11 @@ class Evaluator:
         # A tick's metrics, fetched in one batch by `prefetch`: key -> (pods asked for, answer).
         self._prefetched: dict[tuple[str, str], tuple[tuple[str, ...], ServiceMetrics]] = {}
 
+    @property
+    def batches(self) -> bool:
+        """Whether `prefetch` can fetch anything (a batching metrics source is configured)."""
+        return isinstance(self.metrics, BatchMetricsSource)
+
     def prefetch(self, bodies: list[Obj]) -> None:
         """Fetch the metrics of every service about to be evaluated with one query per signal.
 
