@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from tests.remediation.builders import plan, spec
@@ -27,7 +28,7 @@ from e2e.simvllm.rig import scraped_pods
 from e2e.simvllm.scenario import load_scenario
 from e2e.simvllm.server import SimFleet, SimPod
 from vllm_operator.api.status import HistoryEntry, Override
-from vllm_operator.metrics.signals import PrometheusSignals, ServiceMetrics
+from vllm_operator.metrics.signals import MetricsRequest, PrometheusSignals, ServiceMetrics
 from vllm_operator.remediation import (
     Decision,
     Observations,
@@ -40,6 +41,10 @@ NAMESPACE = "llm"
 WINDOW_S = 30
 SPEED = 10.0
 POOL = "NVIDIA-L4"
+
+
+OTHER_NAMESPACE = "llm-batch"
+TWIN = "chat-kv"
 
 
 @dataclass
@@ -77,9 +82,13 @@ def rig() -> Iterator[Rig]:
         for name, (scenario, version, engines) in PODS.items()
     ]
     targets = [Target(p.address, {"namespace": NAMESPACE, "pod": p.name}) for p in pods]
-    with SimFleet(pods), LocalPrometheus(binary, targets) as prom:
+    # A pod named like one in NAMESPACE, in another namespace, with another scenario: batched
+    # queries must keep them apart (#21).
+    twin = SimPod(TWIN, load_scenario("steady"), version="0.11.0", speed=SPEED)
+    targets.append(Target(twin.address, {"namespace": OTHER_NAMESPACE, "pod": twin.name}))
+    with SimFleet([*pods, twin]), LocalPrometheus(binary, targets) as prom:
         prom.wait_until(
-            lambda: len(prom.query('up{job="vllm"} == 1')) >= len(pods) - 1, 30, "targets scraped"
+            lambda: len(prom.query('up{job="vllm"} == 1')) >= len(pods), 30, "targets scraped"
         )
         yield Rig(prom, PrometheusSignals(prom.url, gpu_memory_metric="DCGM_FI_DEV_FB_USED"))
 
@@ -177,6 +186,83 @@ def test_policy_acts_once_on_real_signals(rig: Rig) -> None:
     # Evaluated again right after, with the first decision's history: the cooldown holds.
     again = decide(pool("chat-kv"), s, kv.overrides, kv.history, plans, now)
     assert again.actions == ()
+
+
+def test_batched_queries_give_each_service_what_it_gets_alone(rig: Rig) -> None:
+    """One query per signal for a tick's services (#21), each service's share equal to its
+    own unbatched answer, from the same Prometheus at the same instant."""
+    wait_complete(rig, ["chat-steady", "chat-kv", "chat-prefix", "chat-creep"])
+    wait_complete(rig, ["legacy-v0"], version="0.6.0")
+    requests = [
+        MetricsRequest(namespace=NAMESPACE, pods=pods, vllm_version=version, window_s=WINDOW_S)
+        for pods, version in [
+            (("chat-steady", "chat-kv"), "0.11.0"),
+            (("chat-prefix",), "0.11.0"),
+            (("chat-creep", "chat-burst"), "0.11.0"),
+            (("legacy-v0",), "0.6.0"),
+        ]
+    ] + [
+        MetricsRequest(
+            namespace=OTHER_NAMESPACE, pods=(TWIN,), vllm_version="0.11.0", window_s=WINDOW_S
+        )
+    ]
+    counted = CountingClient(rig.prometheus.url)
+    signals = PrometheusSignals(client=counted, gpu_memory_metric="DCGM_FI_DEV_FB_USED")
+
+    def batch() -> tuple[datetime, list[ServiceMetrics]]:
+        # Far enough back that every scrape before it has landed: both answers see the same data.
+        now = datetime.now(UTC) - timedelta(seconds=3)
+        return now, signals.observe_many(requests, now)
+
+    def covered(result: list[ServiceMetrics]) -> bool:
+        return all(m.pods[p].complete for m in result for p in m.pods if p != "chat-burst")
+
+    deadline = time.monotonic() + 60
+    now, batched = batch()
+    while not covered(batched) and time.monotonic() < deadline:
+        time.sleep(1)  # the next scrape; bounded by the deadline
+        now, batched = batch()
+    assert covered(batched), [m.message for m in batched]
+    counted.calls = 0
+    batched = signals.observe_many(requests, now)
+    # Two groups (0.11.0 and 0.6.0 names), seven signals each.
+    assert counted.calls == 14
+    alone = [signals.observe_many([r], now)[0] for r in requests]
+    assert counted.calls == 14 + 7 * len(requests)
+    assert [m.model_copy(update={"queries": ()}) for m in batched] == [
+        m.model_copy(update={"queries": ()}) for m in alone
+    ]
+    # The same pod name in two namespaces: two pods, two scenarios, two answers.
+    saturated, steady = batched[0].pods[TWIN], batched[4].pods[TWIN]
+    assert last(saturated.kv_cache_usage) == pytest.approx(0.98)
+    assert last(steady.kv_cache_usage) <= 0.56
+
+
+class CountingClient:
+    """The gateway's client (POST, as it connects) with its queries counted."""
+
+    def __init__(self, url: str) -> None:
+        from prometheus_api_client import PrometheusConnect
+
+        self.client = PrometheusConnect(url=url, disable_ssl=True, method="POST")
+        self.calls = 0
+
+    def custom_query(self, query: str, params: dict[str, Any] | None = None) -> Any:
+        self.calls += 1
+        return self.client.custom_query(query, params=params)
+
+    def custom_query_range(
+        self,
+        query: str,
+        start_time: datetime,
+        end_time: datetime,
+        step: str,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        self.calls += 1
+        return self.client.custom_query_range(
+            query, start_time=start_time, end_time=end_time, step=step, params=params
+        )
 
 
 def test_crashed_pod_goes_stale_and_never_acts(rig: Rig) -> None:

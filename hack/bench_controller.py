@@ -127,13 +127,19 @@ def kinds(counts: dict[str, float]) -> str:
     return ", ".join(f"{k}: {v:.0f}" for k, v in sorted(counts.items())) or "none"
 
 
+def py_spy() -> str:
+    """py-spy's path; checked before the cluster starts, so a missing one leaves nothing running."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(exe).exists():
+        raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
+    return exe
+
+
 class Profiler:
     """py-spy attached to the operator (every thread), writing collapsed stacks."""
 
     def __init__(self, pid: int, out: Path) -> None:
-        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        if not Path(exe).exists():
-            raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
+        exe = py_spy()
         self.out = out
         self.proc = subprocess.Popen(
             [
@@ -514,6 +520,8 @@ def main() -> int:
     parser.add_argument("--profile-out", type=Path, default=None, help="keep the raw stacks")
     parser.add_argument("--write", default=str(REPO / "docs" / "controller-benchmark.md"))
     args = parser.parse_args()
+    if args.profile:
+        py_spy()
     lines, ok = run(args)
     print("\n".join(lines))
     if args.write:

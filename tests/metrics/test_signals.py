@@ -43,7 +43,8 @@ def matrix(
     values = [
         [(start + timedelta(seconds=i)).timestamp(), str(value)] for i in range(0, span_s + 1, step)
     ]
-    return [{"metric": {label: pod, "namespace": "llm"}, "values": values}]
+    ns_label = "exported_namespace" if label == "exported_pod" else "namespace"
+    return [{"metric": {label: pod, ns_label: "llm"}, "values": values}]
 
 
 def vector(pod: str, value: str) -> list[Any]:
@@ -72,6 +73,7 @@ def full(kv: float = 0.5) -> FakeProm:
                 {
                     "metric": {
                         "pod": "a",
+                        "namespace": "llm",
                         "num_gpu_blocks": "1792",
                         "block_size": "16",
                         "engine": "0",
@@ -81,6 +83,7 @@ def full(kv: float = 0.5) -> FakeProm:
                 {
                     "metric": {
                         "pod": "a",
+                        "namespace": "llm",
                         "num_gpu_blocks": "None",
                         "block_size": "16",
                         "engine": "1",

@@ -161,6 +161,9 @@ def test_two_gpu_types_give_two_pools_with_their_own_plans() -> None:
     assert {p["deployment"] for p in pools.values()} == {"qwen-14b-h100-80gb", "qwen-14b-a100-40gb"}
     tp = {k: p["plan"]["engineArgs"]["tensor_parallel_size"] for k, p in pools.items()}
     assert tp["NVIDIA-H100-80GB-HBM3"] <= tp["NVIDIA-A100-SXM4-40GB"]
+    # One PlanApplied Event names both Deployments (#21: one Event write per service).
+    (applied,) = [e for e in gw.events if e.reason == "PlanApplied"]
+    assert "qwen-14b-h100-80gb" in applied.message and "qwen-14b-a100-40gb" in applied.message
 
 
 def test_infeasible_intent_creates_nothing_and_says_why_once() -> None:

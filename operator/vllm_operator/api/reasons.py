@@ -212,7 +212,11 @@ class Reason(StrEnum):
     PLANNED = "Planned", "The pool has an engine plan and a rendered Deployment."
 
     # Events only (never a condition reason)
-    PLAN_APPLIED = "PlanApplied", "Event: a pool's Deployment was applied with a new plan."
+    PLAN_APPLIED = (
+        "PlanApplied",
+        "Event: pools' Deployments were applied with a new plan (one Event per reconcile, naming "
+        "each Deployment).",
+    )
     POOL_REMOVED = (
         "PoolRemoved",
         "Event: the Deployment of a GPU type no longer allowed was deleted.",

@@ -1,6 +1,8 @@
 """Wire the real gateways to the controller and start Kopf."""
 
+import ctypes
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +31,38 @@ log = logging.getLogger(__name__)
 # and how often the operator-managed CA is checked for renewal and its bundle re-patched.
 CERT_FILE_CHECK_SECONDS = 10.0
 CERT_RENEW_CHECK_SECONDS = 300.0
+
+M_ARENA_MAX = -8
+M_MMAP_THRESHOLD = -3
+"""glibc's mallopt() parameters (malloc.h): the number of arenas, and the size from which an
+allocation gets pages of its own (returned to the system when freed)."""
+MALLOC_ARENAS = 1
+MALLOC_MMAP_THRESHOLD = 128 * 1024
+
+
+def tune_malloc() -> bool:
+    """One malloc arena and a fixed mmap threshold, set before the worker threads start; True when
+    applied.
+
+    Why: glibc gives each thread that meets contention an arena of its own (up to 8 per core),
+    and memory freed in one is not reused by another. The operator's 16 handler threads each
+    decode API responses and watch events, so after the creation burst of 1000 services ~190 MiB
+    of the process sat in per-thread arenas (#21: 433 MiB resident; the peak RSS target is
+    200 MiB). Python allocates under the GIL, so a single arena costs no contention worth having.
+    glibc also raises its mmap threshold each time a large block is freed, after which large
+    response buffers stay in the heap as fragments; a fixed threshold hands them back. An
+    explicit MALLOC_ARENA_MAX in the environment wins (glibc has read it already); on a C library
+    without mallopt nothing happens.
+    """
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_ARENA_MAX, MALLOC_ARENAS)) and bool(
+        mallopt(M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
+    )
 
 
 @dataclass(frozen=True)
@@ -101,6 +135,8 @@ def run_operator(
     webhook: WebhookOptions | None = None,
 ) -> None:
     """Block running the operator until it is stopped."""
+    if tune_malloc():
+        log.info("Tuned malloc arenas=%d mmap_threshold=%d", MALLOC_ARENAS, MALLOC_MMAP_THRESHOLD)
     api_client = load_config(kubeconfig)
     api = ApiGateway(api_client)
     secrets: SecretReader = api if read_token_secrets else NoTokenSecrets()

@@ -213,7 +213,7 @@ def on_service(memo: kopf.Memo, namespace: str | None, name: str | None, **_: An
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def on_service_event(
+async def on_service_event(
     memo: kopf.Memo,
     type: str | None,
     namespace: str | None,
@@ -222,7 +222,11 @@ def on_service_event(
     **_: Any,
 ) -> None:
     """A deleted service is forgotten. Watching, not a deletion handler: no finalizer is needed,
-    so deleting a VLLMService never waits for the operator (children go by owner references)."""
+    so deleting a VLLMService never waits for the operator (children go by owner references).
+
+    Async: forgetting is in memory only, and a sync handler would send every event of every
+    service through the handler threads, where it queues behind reconciles that wait on the API
+    server while Kopf holds the event's body (#21: the creation burst's memory and latency)."""
     if type == "DELETED":
         _observe(memo, Kind.VLLM_SERVICE, type, body)
         _ready(memo).forget(namespace or "default", name or "")

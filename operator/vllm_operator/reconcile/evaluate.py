@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
@@ -25,7 +25,7 @@ from vllm_operator.api.reasons import Reason
 from vllm_operator.api.status import Observation, PoolPlan, PoolStatus, VLLMServiceStatus
 from vllm_operator.kube.gateway import Kind, KubeGateway, Obj
 from vllm_operator.metrics import operator_metrics as m
-from vllm_operator.metrics.signals import ServiceMetrics
+from vllm_operator.metrics.signals import MetricsRequest, ServiceMetrics
 from vllm_operator.reconcile.observed import (
     measured_observation,
     observed_capacity,
@@ -63,6 +63,15 @@ class MetricsSource(Protocol):
     ) -> ServiceMetrics: ...
 
 
+@runtime_checkable
+class BatchMetricsSource(Protocol):
+    """A MetricsSource that answers many services at once (PrometheusSignals.observe_many)."""
+
+    def observe_many(
+        self, requests: list[MetricsRequest], now: datetime
+    ) -> list[ServiceMetrics]: ...
+
+
 def _parse_time(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
@@ -86,6 +95,76 @@ class Evaluator:
         self.metrics = metrics
         self.clock = clock
         self._last: dict[tuple[str, str], datetime] = {}
+        # A tick's metrics, fetched in one batch by `prefetch`: key -> (pods asked for, answer).
+        self._prefetched: dict[tuple[str, str], tuple[tuple[str, ...], ServiceMetrics]] = {}
+
+    @property
+    def batches(self) -> bool:
+        """Whether `prefetch` can fetch anything (a batching metrics source is configured)."""
+        return isinstance(self.metrics, BatchMetricsSource)
+
+    def prefetch(self, bodies: list[Obj]) -> None:
+        """Fetch the metrics of every service about to be evaluated with one query per signal.
+
+        The scheduler calls this with the services due in a tick; each `evaluate` then takes its
+        share, provided its pods are still the ones asked for (otherwise it queries alone).
+        """
+        self._prefetched = {}
+        if not isinstance(self.metrics, BatchMetricsSource):
+            return
+        now = self.clock()
+        requests: list[tuple[tuple[str, str], MetricsRequest]] = []
+        for body in bodies:
+            subject = self._subject(body, now)
+            if subject is None:
+                continue
+            service, _, plans = subject
+            pods = tuple(sorted(_pod_names(self._pods_by_pool(service, plans))))
+            request = MetricsRequest(
+                namespace=service.namespace,
+                pods=pods,
+                vllm_version=service.spec.vllm.version,
+                window_s=service.spec.remediation.window_seconds,
+            )
+            requests.append(((service.namespace, service.name), request))
+        if not requests:
+            return
+        answers = self.metrics.observe_many([r for _, r in requests], now)
+        self._prefetched = {
+            key: (request.pods, answer)
+            for (key, request), answer in zip(requests, answers, strict=True)
+        }
+
+    def end_tick(self) -> None:
+        """Drop what a tick prefetched: a later evaluation must not see old metrics."""
+        self._prefetched = {}
+
+    def _subject(
+        self, body: Obj, now: datetime
+    ) -> tuple[VLLMService, VLLMServiceStatus, dict[str, PoolPlan]] | None:
+        """The service, its status and its feasible plans when an evaluation is due; else None."""
+        try:
+            service = VLLMService.model_validate(body)
+        except ValidationError:
+            return None  # the reconcile reports invalid specs
+        if not self._gate_open(service, now):
+            return None
+        status = _status(body)
+        plans = {p.gpu_type: p.plan for p in status.pools if p.plan is not None and p.feasible}
+        return (service, status, plans) if plans else None
+
+    def _gate_open(self, service: VLLMService, now: datetime) -> bool:
+        last = self._last.get((service.namespace, service.name))
+        interval = timedelta(seconds=service.spec.remediation.evaluation_interval_seconds)
+        return last is None or now - last >= interval - GATE_SLACK
+
+    def _pods_by_pool(
+        self, service: VLLMService, plans: dict[str, PoolPlan]
+    ) -> dict[str, list[Obj]]:
+        return {
+            pool: self.gw.list_pods(service.namespace, pool_selector_labels(service.name, pool))
+            for pool in plans
+        }
 
     def evaluate(self, body: Obj) -> bool:
         """One evaluation; True when the reconcile must run: overrides changed (re-render the
@@ -99,9 +178,7 @@ class Evaluator:
         # Degraded must say that a pool crashes whatever the remediation mode (#13).
         key = (service.namespace, service.name)
         now = self.clock()
-        last = self._last.get(key)
-        interval = timedelta(seconds=spec.remediation.evaluation_interval_seconds)
-        if last is not None and now - last < interval - GATE_SLACK:
+        if not self._gate_open(service, now):
             return False
         self._last[key] = now
         status = _status(body)
@@ -109,11 +186,8 @@ class Evaluator:
         if not plans:
             return False
 
-        pods_by_pool: dict[str, list[Obj]] = {
-            pool: self.gw.list_pods(service.namespace, pool_selector_labels(service.name, pool))
-            for pool in plans
-        }
-        names = [p["metadata"]["name"] for pods in pods_by_pool.values() for p in pods]
+        pods_by_pool = self._pods_by_pool(service, plans)
+        names = _pod_names(pods_by_pool)
         metrics = self._metrics(service, names, now)
         self._finish_drains(service, pods_by_pool, metrics, now)
         observations = Observations(
@@ -288,6 +362,9 @@ class Evaluator:
             return ServiceMetrics(
                 available=False, message="no Prometheus configured (--prometheus-url)"
             )
+        fetched = self._prefetched.pop((service.namespace, service.name), None)
+        if fetched is not None and fetched[0] == tuple(sorted(pods)):
+            return fetched[1]
         return self.metrics.observe(
             namespace=service.namespace,
             pods=pods,
@@ -368,6 +445,10 @@ class Evaluator:
                     log.info("Deferred eviction by PodDisruptionBudget pod=%s", name)
 
 
+def _pod_names(pods_by_pool: dict[str, list[Obj]]) -> list[str]:
+    return [p["metadata"]["name"] for pods in pods_by_pool.values() for p in pods]
+
+
 def _idle_since(metrics: ServiceMetrics, pod: str, since: datetime) -> bool:
     """The pod's newest running-requests sample is 0 and newer than `since`."""
     found = metrics.pods.get(pod)
@@ -403,4 +484,4 @@ def _status(body: Obj) -> VLLMServiceStatus:
         return VLLMServiceStatus()
 
 
-__all__ = ["Evaluator", "MetricsSource", "Kind"]
+__all__ = ["BatchMetricsSource", "Evaluator", "MetricsSource", "Kind"]

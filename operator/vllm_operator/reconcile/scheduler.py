@@ -57,8 +57,14 @@ class EvaluationScheduler:
         evaluate: Callable[[str, str], object],
         clock: Callable[[], float] = time.monotonic,
         tick: float = TICK_SECONDS,
+        before: Callable[[list[Key]], object] | None = None,
+        after: Callable[[], object] | None = None,
     ) -> None:
         self._evaluate = evaluate
+        # Called with every key due in a tick before the first is evaluated, and once after the
+        # last: the controller fetches the tick's Prometheus signals in one batch (#21).
+        self._before = before
+        self._after = after
         self._clock = clock
         self.tick = tick
         self._entries: dict[Key, _Entry] = {}
@@ -124,13 +130,28 @@ class EvaluationScheduler:
             except Exception:  # the action's own error handling reports; never stop the loop
                 log.exception("Failed to run deferred action service=%s/%s", *key)
         keys = self.due()
-        for key in keys:
-            delay = self._run(key)
-            with self._guard:
-                entry = self._entries.get(key)
-                if entry is not None:  # forgotten while it ran: stays forgotten
-                    entry.next_at = self._clock() + (entry.interval if delay is None else delay)
+        if not keys:
+            return keys
+        self._hook("prepare", self._before, keys)
+        try:
+            for key in keys:
+                delay = self._run(key)
+                with self._guard:
+                    entry = self._entries.get(key)
+                    if entry is not None:  # forgotten while it ran: stays forgotten
+                        entry.next_at = self._clock() + (entry.interval if delay is None else delay)
+        finally:
+            self._hook("finish", self._after)
         return keys
+
+    def _hook(self, what: str, hook: Callable[..., object] | None, *args: object) -> None:
+        """A failing hook only costs its optimisation: each evaluation still runs on its own."""
+        if hook is None:
+            return
+        try:
+            hook(*args)
+        except Exception:
+            log.exception("Failed to %s evaluations", what)
 
     def _run(self, key: Key) -> float | None:
         """Evaluate one service; the delay until its next try when it should come sooner/later."""
