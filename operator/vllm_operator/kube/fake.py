@@ -45,10 +45,11 @@ _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 # Kinds whose names are DNS-1035 labels (a Service name becomes a DNS label and an env var prefix;
-# the VLLMService CRD refuses other names by its own rule). A PodDisruptionBudget name is only
+# the VLLMService CRD refuses other names by its own rule; the LeaderWorkerSet controller's
+# validating webhook refuses others because the set's name names its headless Service). A PodDisruptionBudget name is only
 # checked as a path segment (kube-apiserver 1.35 accepts "UPPER", "a b", 254 characters: measured
 # by e2e/test_gateway_contract.py). Every other kind takes a DNS-1123 subdomain.
-_DNS1035_NAMED = frozenset({Kind.SERVICE, Kind.VLLM_SERVICE})
+_DNS1035_NAMED = frozenset({Kind.SERVICE, Kind.VLLM_SERVICE, Kind.LEADER_WORKER_SET})
 _PATH_SEGMENT_NAMED = frozenset({Kind.PDB})
 
 # Key fields of the associative lists the operator renders (containers, env, volumes by name;
@@ -144,7 +145,8 @@ def _generation_input(kind: Kind, obj: Obj) -> Any:
     if kind is Kind.DEPLOYMENT:
         # Annotations too: they are copied to the ReplicaSets.
         return (obj.get("spec"), (obj.get("metadata") or {}).get("annotations") or {})
-    if kind in (Kind.PDB, Kind.VLLM_SERVICE):
+    if kind in (Kind.PDB, Kind.VLLM_SERVICE, Kind.LEADER_WORKER_SET):
+        # A custom resource with a status subresource: only spec changes bump it.
         return obj.get("spec")
     return None
 

@@ -126,11 +126,18 @@ def failed_status(
 
 
 def ready_counts(pool: PoolOutcome) -> tuple[int, int]:
-    """(desired, ready) replicas of the pool's live Deployment."""
+    """(desired, ready) replicas of the pool's live Deployment (groups of a LeaderWorkerSet: its
+    controller counts a group ready when all of its pods are)."""
     live = pool.live or {}
     spec_replicas = int((live.get("spec") or {}).get("replicas") or 0)
     ready = int((live.get("status") or {}).get("readyReplicas") or 0)
     return spec_replicas, ready
+
+
+def workload_kind(pool: PoolOutcome) -> str:
+    """Deployment, or LeaderWorkerSet for a multi-node pool (for messages)."""
+    obj = pool.deployment or pool.live or {}
+    return str(obj.get("kind") or "Deployment")
 
 
 def replica_failure(pool: PoolOutcome) -> str:
@@ -171,12 +178,26 @@ def _kept_plan(old: list[PoolStatus], pool: PoolOutcome) -> PoolPlan | None:
 
 
 def rollout_done(pool: PoolOutcome) -> bool:
-    """The Deployment controller has observed the current generation and fully rolled it out."""
+    """The Deployment controller has observed the current generation and fully rolled it out.
+
+    A LeaderWorkerSet (multi-node pool) reports no observedGeneration: its rollout is done when
+    its controller no longer reports UpdateInProgress and every group is updated and ready (the
+    counts are groups).
+    """
     live = pool.live or {}
     meta, status = live.get("metadata") or {}, live.get("status") or {}
     desired = int((live.get("spec") or {}).get("replicas") or 0)
+    if live.get("kind") == "LeaderWorkerSet":
+        observed = not any(
+            isinstance(c, dict)
+            and c.get("type") == "UpdateInProgress"
+            and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+    else:
+        observed = int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
     return (
-        int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+        observed
         and int(status.get("updatedReplicas") or 0) >= desired
         and int(status.get("readyReplicas") or 0) >= desired
         and int(status.get("replicas") or 0) <= desired
@@ -217,7 +238,8 @@ def _join(pools: list[PoolOutcome]) -> str:
 def _starved_message(pool: PoolOutcome) -> str:
     desired, _ = ready_counts(pool)
     return (
-        f"{pool.gpu_type}: Deployment {pool.deployment_name} wants {desired} replica(s), "
+        f"{pool.gpu_type}: {workload_kind(pool)} {pool.deployment_name} wants {desired} "
+        "replica(s), "
         f"no ready replicas and no schedulable nodes ({pool.unavailable})"
     )
 
@@ -246,7 +268,7 @@ def service_status(
         failure = replica_failure(pool)
         if failure:
             failures[pool.gpu_type] = (
-                f"{pool.gpu_type}: Deployment {pool.deployment_name} {failure}"
+                f"{pool.gpu_type}: {workload_kind(pool)} {pool.deployment_name} {failure}"
             )
         plan = _kept_plan(old.pools, pool)
         pool_status.append(
