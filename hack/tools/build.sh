@@ -111,6 +111,13 @@ build_tool() {
   if [[ -n "${renames[$tool]:-}" ]]; then
     mv "${tmp}/${renames[$tool]%%:*}" "${tmp}/${renames[$tool]#*:}"
   fi
+  if [[ "$tool" == lws ]]; then
+    # The controller's CRD from the same module version, beside the binary.
+    local moddir
+    moddir="$(cd "${here}/${tool}" && GOFLAGS="${GOFLAGS:-} -mod=readonly" go list -m -f '{{.Dir}}' "${main_module[$tool]}")"
+    mkdir -p "${tmp}/crds"
+    cp "${moddir}"/config/crd/bases/*.yaml "${tmp}/crds/"
+  fi
   have_all "$tmp" "$tool" || { log "Failed to build tool=${tool}: missing binaries in ${tmp}"; exit 1; }
   rm -rf "$dir"; mv "$tmp" "$dir"
   trap - EXIT

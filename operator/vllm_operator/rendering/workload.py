@@ -8,6 +8,7 @@ becomes one LeaderWorkerSet (leaderworkerset.x-k8s.io/v1): a group of one leader
 `nodes_per_replica - 1` workers per replica, one pod per node; every other pool a Deployment.
 """
 
+import copy
 import hashlib
 import json
 import math
@@ -383,10 +384,13 @@ def render_leader_worker_set(service: VLLMService, pool: PoolRender) -> Obj:
                     },
                     "spec": _pod_spec(service, pool, leader),
                 },
-                "workerTemplate": {
-                    "metadata": {"labels": base_labels, "annotations": annotations},
-                    "spec": _pod_spec(service, pool, worker),
-                },
+                # A copy: the templates share no object (a caller may change one).
+                "workerTemplate": copy.deepcopy(
+                    {
+                        "metadata": {"labels": base_labels, "annotations": annotations},
+                        "spec": _pod_spec(service, pool, worker),
+                    }
+                ),
             },
         },
     }
