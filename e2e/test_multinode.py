@@ -108,6 +108,19 @@ def test_405b_on_two_h100_nodes_runs_as_one_group_rolls_and_cascades(
     assert leader["metadata"]["labels"]["serving.vllm-operator.dev/serving"] == "true"
     old_uids = {p["metadata"]["uid"] for p in pods}
 
+    # A no-op trigger: the operator reconciles and writes nothing (the LeaderWorkerSet's
+    # webhook defaults are not a diff to re-apply).
+    wait_condition(kube, namespace, name, "Progressing", "False", "RolloutComplete")
+    wait_condition(kube, namespace, name, "MetricsAvailable", "False")
+    writes, reconciles = operator.writes(), operator.reconciles()
+    kube.patch(svc_path(namespace, name), {"metadata": {"labels": {"touched": "yes"}}})
+    wait_for(lambda: operator.reconciles() > reconciles, timeout=TIMEOUT, what="a reconcile")
+    assert operator.writes() == writes
+    assert (
+        kube.get(lws_path(namespace, lws_name))["metadata"]["generation"]
+        == (lws["metadata"]["generation"])
+    )
+
     # A spec change (fewer concurrent sequences): a new plan rolls the whole group.
     concurrency = obj["spec"]["workload"]["concurrency"] // 2
     kube.patch(svc_path(namespace, name), {"spec": {"workload": {"concurrency": concurrency}}})
