@@ -17,11 +17,11 @@ import yaml
 from click.testing import CliRunner
 
 from vllm_operator.api.crd import dump_yaml
+from vllm_operator.api.groups import pod_group
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.cli.main import cli
 from vllm_operator.rendering.args import ArgsRejected, multinode_argv
-from vllm_operator.rendering.names import pod_group
 from vllm_operator.rendering.workload import PoolRender, plan_hash, render_workload
 
 REPO = Path(__file__).resolve().parents[2]

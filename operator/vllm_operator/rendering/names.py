@@ -24,12 +24,6 @@ ANNOTATION_PLAN_HASH = f"{ANNOTATION_PREFIX}/plan-hash"
 ANNOTATION_GPU_TYPE = f"{ANNOTATION_PREFIX}/gpu-type"
 MANAGED_BY = "vllm-operator"
 
-# Labels the LeaderWorkerSet controller puts on the pods of a group (multi-node pools): a pod's
-# group is (set name, group index); worker index 0 is the group's leader.
-LWS_LABEL_NAME = "leaderworkerset.sigs.k8s.io/name"
-LWS_LABEL_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
-LWS_LABEL_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
-
 # Deployment names feed pod names (<deployment>-<10 char hash>-<5 char suffix>) and label values,
 # which Kubernetes limits to 63 characters.
 _MAX_DEPLOYMENT_NAME = 47
@@ -98,20 +92,3 @@ def common_labels(service: str) -> dict[str, str]:
         LABEL_COMPONENT: "inference",
         LABEL_SERVICE: service,
     }
-
-
-def pod_group(pod_labels: dict[str, str]) -> tuple[str, str] | None:
-    """(LeaderWorkerSet name, group index) of a pod of a multi-node pool; None for other pods.
-
-    Why: the pods of a group fail, restart and move together, so whatever is attributed to one of
-    them (a crash, an eviction, a fragmentation roll) is attributed to its group.
-    """
-    name, index = pod_labels.get(LWS_LABEL_NAME), pod_labels.get(LWS_LABEL_GROUP_INDEX)
-    if name is None or index is None:
-        return None
-    return name, index
-
-
-def is_group_leader(pod_labels: dict[str, str]) -> bool:
-    """Whether a pod of a group is its leader (worker index 0), which owns the whole group."""
-    return pod_labels.get(LWS_LABEL_WORKER_INDEX) == "0"
