@@ -134,6 +134,15 @@ def ready_counts(pool: PoolOutcome) -> tuple[int, int]:
     return spec_replicas, ready
 
 
+def _nodes_note(pool: PoolOutcome) -> str:
+    """` [N nodes]` for a multi-node pool (each replica a group of N pods on N nodes), else ''."""
+    obj = pool.deployment or pool.live or {}
+    if obj.get("kind") != "LeaderWorkerSet":
+        return ""
+    size = ((obj.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size") or 1
+    return f" [{size} nodes]"
+
+
 def workload_kind(pool: PoolOutcome) -> str:
     """Deployment, or LeaderWorkerSet for a multi-node pool (for messages)."""
     obj = pool.deployment or pool.live or {}
@@ -377,7 +386,7 @@ def service_status(
         generation,
     )
     summary = ",".join(
-        f"{gpu_short_name(p.product or p.gpu_type).upper()}x{ready_counts(p)[0]}"
+        f"{gpu_short_name(p.product or p.gpu_type).upper()}x{ready_counts(p)[0]}{_nodes_note(p)}"
         for p in pools
         if (p.feasible and p.deployment is not None) or p.live is not None
     )
