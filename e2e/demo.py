@@ -216,7 +216,13 @@ def run(cluster: LocalCluster) -> None:
 
 
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
-PLAN_ARGS = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs")
+PLAN_ARGS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",  # multi-node pools only
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_seqs",
+)
 OPERATOR_LOG = "operator.log"
 OPERATOR_PID = "operator.pid"
 SERVICES = "/apis/serving.vllm-operator.dev/v1alpha1"
