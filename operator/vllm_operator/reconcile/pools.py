@@ -397,8 +397,9 @@ def _plan_group(
         if changed
         else ""
     )
+    layout = f"TP={tp} PP={nodes}" if nodes > 1 else f"TP={tp}"
     summary = (
-        f"{group.product} TP={tp} max_num_seqs={args.max_num_seqs} "
+        f"{group.product} {layout} max_num_seqs={args.max_num_seqs} "
         f"KV {mem.kv_cache_tokens} tokens ({mem.concurrency_at_p99:.1f} x P99)"
     )
     return PoolOutcome(
