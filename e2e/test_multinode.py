@@ -108,6 +108,17 @@ def test_405b_on_two_h100_nodes_runs_as_one_group_rolls_and_cascades(
     assert leader["metadata"]["labels"]["serving.vllm-operator.dev/serving"] == "true"
     old_uids = {p["metadata"]["uid"] for p in pods}
 
+    # The service's PodDisruptionBudget counts the whole group (leader and worker): one
+    # voluntary disruption is allowed, and it takes the group down, which spends the budget.
+    pdb_path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{name}"
+
+    def pdb_counts_group() -> dict[str, Any] | None:
+        pdb = kube.get(pdb_path)
+        return pdb if (pdb.get("status") or {}).get("expectedPods") == 2 else None
+
+    pdb = wait_for(pdb_counts_group, timeout=TIMEOUT, what="the PDB to count both pods")
+    assert pdb["status"]["disruptionsAllowed"] == 1
+
     # A no-op trigger: the operator reconciles and writes nothing (the LeaderWorkerSet's
     # webhook defaults are not a diff to re-apply).
     wait_condition(kube, namespace, name, "Progressing", "False", "RolloutComplete")
