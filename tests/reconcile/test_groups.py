@@ -17,7 +17,7 @@ from vllm_operator.kube.gateway import Kind
 from vllm_operator.remediation import fold_groups, observe_pod
 from vllm_operator.rendering.names import pool_selector_labels
 
-from .test_controller import condition, status_of
+from .test_controller import cluster, condition, controller, example, status_of
 from .test_degraded import NAME, NS, POOL, termination
 from .test_evaluate import T0, setup
 
@@ -120,3 +120,43 @@ def test_a_worker_crash_degrades_the_pool_naming_the_group_with_the_workers_log(
     assert all(pod != worker["metadata"]["name"] for _, pod in gw.evictions)
     labels = gw.objects[(Kind.POD, NS, worker["metadata"]["name"])]["metadata"]["labels"]
     assert "serving.vllm-operator.dev/serving" not in labels
+
+
+def test_a_pool_that_no_longer_spans_nodes_replaces_its_leader_worker_set_by_a_deployment() -> None:
+    """The same pool name, another kind: the old workload goes once the new one is desired (a
+    LeaderWorkerSet left beside the Deployment would hold the GPUs of whole nodes)."""
+    gw = cluster()
+    svc = gw.add(example("llama-3.1-8b-l4.yaml"))
+    meta = svc["metadata"]
+    owner = {
+        "apiVersion": "serving.vllm-operator.dev/v1alpha1",
+        "kind": "VLLMService",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    gw.apply(
+        {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {
+                "name": LWS,
+                "namespace": NS,
+                "labels": {
+                    **pool_selector_labels(NAME, POOL),
+                    "app.kubernetes.io/managed-by": "vllm-operator",
+                },
+                "annotations": {"serving.vllm-operator.dev/gpu-type": POOL},
+                "ownerReferences": [owner],
+            },
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2}},
+        }
+    )
+    outcome = controller(gw).reconcile(NS, NAME)
+    assert f"Deployment/{LWS}" in outcome.applied
+    assert outcome.deleted == [f"LeaderWorkerSet/{LWS}"]
+    assert gw.get(Kind.LEADER_WORKER_SET, NS, LWS) is None
+    assert gw.get(Kind.DEPLOYMENT, NS, LWS) is not None
+    removed = [e for e in gw.events if e.reason == Reason.POOL_REMOVED]
+    assert removed and "the pool is now a Deployment" in removed[0].message
