@@ -8,7 +8,8 @@ Deployment, maps the GPU-only flags by the explicit, unit-tested list in e2e/rea
 checks judge the operator's arguments, and it must answer a chat completion under the service's
 model name. A real Prometheus scrapes the engine with the simulated pod's namespace/name labels
 (what a PodMonitor's relabelling gives in a cluster), and the operator, pointed at it, records the
-engine's own KV capacity in status.pools[].observed next to the plan.
+engine's own KV capacity in status.pools[].observed next to the plan, stores it under its key in
+status.observations and re-plans the pool from it (learning from the fleet, #15).
 """
 
 from __future__ import annotations
@@ -150,8 +151,47 @@ def test_operator_argv_serves_in_the_real_engine_and_its_capacity_is_observed(
                     timeout=3 * EVAL_S + 30,
                     what="status.pools[0].observed",
                 )
+                # Learning from the fleet (#15): the pool is re-planned from what vLLM measured.
+                replanned = wait_for(
+                    lambda: (lambda p: p if p["memory"]["kvCacheTokens"] == reported else None)(
+                        kube.get(svc_path(namespace))["status"]["pools"][0]["plan"]
+                    ),
+                    timeout=30,
+                    what="the plan re-planned from the measured capacity",
+                )
     assert observed["kvCacheTokens"] == reported
     assert observed["plannedKvCacheTokens"] == memory["kvCacheTokens"]
     expected = round((reported - memory["kvCacheTokens"]) / memory["kvCacheTokens"] * 100, 1)
     assert observed["deviationPercent"] == expected
     assert observed["pods"] == 1
+    # The observation is stored under its key, next to the model's prediction for it.
+    status = kube.get(svc_path(namespace))["status"]
+    args = pool["plan"]["engineArgs"]
+    (obs,) = status["observations"]
+    assert obs["key"] == {
+        "model": MODEL_NAME,
+        "gpuType": "NVIDIA-L4",
+        "vllmVersion": vllm_cpu.version,
+        "tensorParallelSize": args["tensor_parallel_size"],
+        "maxModelLen": args["max_model_len"],
+        "gpuMemoryUtilization": args["gpu_memory_utilization"],
+        "blockSize": args["block_size"],
+        "kvCacheDtype": args["kv_cache_dtype"],
+        "dtype": args["dtype"],
+        "enforceEager": False,
+    }
+    assert (obs["kvCacheTokens"], obs["predictedKvCacheTokens"]) == (
+        reported,
+        memory["kvCacheTokens"],
+    )
+    assert obs["deviationPercent"] == expected
+    deviation = next(c for c in status["conditions"] if c["type"] == "PlanDeviation")
+    assert deviation["status"] == ("True" if abs(expected) > 5 else "False")
+    if replanned["engineArgs"] == args:  # still the configuration the engine measured
+        assert replanned["memory"]["predictedKvCacheTokens"] == memory["kvCacheTokens"]
+    else:  # max_num_seqs lowered to what the measured KV cache holds
+        assert replanned["engineArgs"]["max_num_seqs"] < args["max_num_seqs"]
+    assert any(
+        r.startswith(f"KV capacity from observation: {reported} tokens measured by vLLM")
+        for r in replanned["reasons"]
+    )

@@ -382,3 +382,56 @@ def test_runtime_cuda_oom_in_the_previous_log_lowers_batched_tokens(
         timeout=30,
         what=f"the Deployment's --max-num-batched-tokens at {override['value']}",
     )
+
+
+@pytest.mark.scenario("kv-below-plan")
+@pytest.mark.mode("recommend")
+def test_engine_below_plan_raises_plan_deviation_and_the_pool_is_replanned_from_it(
+    kube: Kube, namespace: str, started: tuple[OperatorProcess, ScrapedPools, str]
+) -> None:
+    """Learning from the fleet (#15): the simulated engine reports 1024 x 16 KV tokens in
+    vllm:cache_config_info, fewer than planned and only 4 sequences of the 4096-token P99 where
+    the spec asks for 6. The operator stores the observation under its key, sets PlanDeviation
+    (one Warning Event), and re-plans from the measured capacity: max_num_seqs 4, with the
+    reason in the plan. It happens in recommend mode too: the plan itself changed, not a
+    remediation step."""
+    _, rig, _ = started
+    assert flag(container_args(kube, namespace), "--max-num-seqs") == 6
+    measured = 1024 * 16
+
+    def deviation() -> dict[str, Any] | None:
+        found = cond(kube.get(path(namespace)), "PlanDeviation")
+        return found if found.get("status") == "True" else None
+
+    found = wait_for(deviation, timeout=4 * EVAL_S + 30, what="PlanDeviation=True")
+    assert found["reason"] == "KVCapacityBelowPlan"
+    assert f"measured {measured} KV-cache tokens" in found["message"]
+    status = kube.get(path(namespace))["status"]
+    (obs,) = status["observations"]
+    assert obs["kvCacheTokens"] == measured
+    assert obs["key"]["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert obs["key"]["gpuType"] == POOL and obs["key"]["vllmVersion"] == "0.33.0"
+    assert obs["key"]["tensorParallelSize"] == 1 and obs["key"]["maxModelLen"] == 4096
+    assert obs["maxNumSeqs"] == 6 and obs["predictedKvCacheTokens"] > measured
+    wait_for(
+        lambda: flag(container_args(kube, namespace), "--max-num-seqs") == 4,
+        timeout=30,
+        what="the Deployment re-planned to --max-num-seqs 4",
+    )
+    plan = kube.get(path(namespace))["status"]["pools"][0]["plan"]
+    assert plan["memory"]["kvCacheTokens"] == measured
+    assert plan["memory"]["concurrencyAtP99"] == 4.0
+    assert any(
+        r.startswith(f"KV capacity from observation: {measured} tokens measured by vLLM 0.33.0")
+        for r in plan["reasons"]
+    )
+    # The rollout's new pod measures the same configuration: still one entry, one Warning.
+    rig.wait_scraped()
+    time.sleep(2 * EVAL_S)  # two more evaluations (bounded observation window)
+    status = kube.get(path(namespace))["status"]
+    assert [o["kvCacheTokens"] for o in status["observations"]] == [measured]
+    assert flag(container_args(kube, namespace), "--max-num-seqs") == 4
+    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
+    warnings = [e for e in events if e["reason"] == "KVCapacityBelowPlan"]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
+    assert sum(w.get("count", 1) for w in warnings) == 1

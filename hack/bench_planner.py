@@ -28,6 +28,7 @@ from vllm_operator.planning.memory import (
     EngineArgs,
     MemoryEstimate,
     estimate_memory,
+    hybrid_layout,
     kv_bytes_per_token,
 )
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION, VllmVersion
@@ -268,6 +269,9 @@ def bytes_per_token_check(inputs: dict[int, dict[str, Any]]) -> list[str]:
         pp = int(_num(row["pp_size"]) or 1)
         kv_bytes = 1 if row["kv_cache_dtype"].strip().startswith("fp8") else 2
         layers = -(-arch.num_hidden_layers // pp)
+        if arch.is_hybrid:
+            lines.append(_hybrid_token_check(index, model, row, extra, arch, tp, kv_bytes, kv))
+            continue
         ours = kv_bytes_per_token(arch, tp=tp, layers=layers, kv_dtype_bytes=kv_bytes)
         implied = kv * GIB / tokens
         err = 100.0 * (ours - implied) / implied
@@ -275,6 +279,43 @@ def bytes_per_token_check(inputs: dict[int, dict[str, Any]]) -> list[str]:
             f"| {index} | {model} | {tp} | {pp} | {implied:,.0f} | {ours:,} | {err:+.1f} % |"
         )
     return lines
+
+
+def _hybrid_token_check(
+    index: int,
+    model: str,
+    row: dict[str, str],
+    extra: dict[str, Any],
+    arch: Any,
+    tp: int,
+    kv_bytes: int,
+    kv_gib: float,
+) -> str:
+    """A hybrid's logged KV GiB through vLLM's hybrid layout (block size, groups, state pages
+    per sequence) to tokens, against the logged token count: the state-page rule, exactly."""
+    version = str(extra.get("version") or _version(row["vllm_version"]) or DEFAULT_VLLM_VERSION)
+    label = extra.get("gpu") or _gpu_label(row["gpu_name"])
+    cc = lookup_gpu(str(label)).compute_capability if label else None
+    layout = hybrid_layout(
+        arch,
+        tp=tp,
+        layers=arch.num_hidden_layers,
+        kv_dtype_bytes=kv_bytes,
+        model_dtype="bfloat16",
+        block_size=16,
+        version=VllmVersion.parse(version),
+        compute_capability=cc,
+    )
+    max_len = int(_num(row["max_model_len"]) or arch.max_position_embeddings or 4096)
+    blocks = int(kv_gib * GIB // layout.bytes_per_block)
+    ours = int(blocks / layout.blocks_per_request(max_len) * max_len)
+    logged = int(_num(row["kv_cache_tokens"]) or 0)
+    err = 100.0 * (ours - logged) / logged
+    return (
+        f"| {index} | {model} (hybrid: block {layout.block_size}, {blocks} blocks, "
+        f"{layout.blocks_per_request(max_len)} per sequence) | {tp} | 1 | {logged:,} tok | "
+        f"{ours:,} tok | {err:+.1f} % |"
+    )
 
 
 TARGETS = "targets (issue #15): median <= 1 %, p90 <= 4 %, worst over-prediction <= +5 %"

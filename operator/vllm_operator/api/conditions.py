@@ -23,6 +23,7 @@ class ConditionType(StrEnum):
     MEMORY_PRESSURE = "MemoryPressure"
     METRICS_AVAILABLE = "MetricsAvailable"
     TARGET_UNMET = "TargetUnmet"
+    PLAN_DEVIATION = "PlanDeviation"
 
 
 ConditionStatus = Literal["True", "False", "Unknown"]

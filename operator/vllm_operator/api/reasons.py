@@ -35,6 +35,12 @@ class Reason(StrEnum):
         "UnsupportedEngineArgs",
         "The planned engine arguments are not accepted by the pinned vLLM version.",
     )
+    INVALID_ENGINE_CONFIG = (
+        "InvalidEngineConfig",
+        "The effective engine arguments (plan and spec.vllm.extraArgs together) break a rule "
+        "vLLM's engine configuration enforces at startup; the message quotes vLLM's rule and "
+        "cites where vLLM raises it. Nothing is rendered for the pool.",
+    )
 
     # Feasible
     ALL_POOLS_PLANNED = "AllPoolsPlanned", "Every GPU type with nodes has an engine plan."
@@ -49,6 +55,13 @@ class Reason(StrEnum):
         "hardware is planned, their absence is reported as NoMatchingNodes / PoolsUnavailable).",
     )
     UNKNOWN_GPU = "UnknownGpu", "A pool's GPU is neither in the catalog nor labelled with memory."
+    PLAN_OVERRIDDEN = (
+        "PlanOverridden",
+        "Feasible=True, but the plan no longer holds for some pool: spec.vllm.extraArgs overrides "
+        "planner-owned values (allowPlannerOverride) with which the memory model predicts the "
+        "target is missed or vLLM does not start, or that it cannot account for. The pools run "
+        "the user's values; the message says which and why.",
+    )
 
     # Progressing
     NO_MATCHING_NODES = (
@@ -161,6 +174,24 @@ class Reason(StrEnum):
     # TargetUnmet
     TARGET_UNMET = "TargetUnmet", "The served concurrency or context is below the intent."
     TARGET_MET = "TargetMet", "The intent is served."
+
+    # PlanDeviation: the engine's measured KV capacity against the memory model's prediction
+    KV_CAPACITY_BELOW_PLAN = (
+        "KVCapacityBelowPlan",
+        "PlanDeviation=True: an engine holds fewer KV-cache tokens than the memory model "
+        "predicted, beyond the threshold; the pool is re-planned from the measured capacity "
+        "(a Warning Event when it turns True).",
+    )
+    KV_CAPACITY_ABOVE_PLAN = (
+        "KVCapacityAbovePlan",
+        "PlanDeviation=True: an engine holds more KV-cache tokens than predicted, beyond the "
+        "threshold; the plan uses the measured capacity.",
+    )
+    KV_CAPACITY_AS_PLANNED = (
+        "KVCapacityAsPlanned",
+        "PlanDeviation=False: every measured KV capacity is within the threshold of the "
+        "prediction.",
+    )
 
     # MetricsAvailable
     METRICS_OK = "MetricsOK", "Fresh vLLM metrics for every pool."

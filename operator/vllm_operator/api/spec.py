@@ -375,8 +375,10 @@ class VllmSpec(ApiModel):
     allow_planner_override: bool = Field(
         default=False,
         description="Allow extraArgs to override flags the planner computes (max-model-len, "
-        "max-num-seqs, gpu-memory-utilization, ...). Off by default: an override can make the "
-        "memory plan wrong.",
+        "max-num-seqs, gpu-memory-utilization, ...). The user's value is rendered once, in place "
+        "of the planner's; status.pools[].plan shows it (userOverrides) with the memory "
+        "recomputed, and Feasible turns to PlanOverridden when the plan no longer holds. Off by "
+        "default: an override can make the memory plan wrong.",
     )
     env: list[EnvVar] = Field(
         default_factory=list,

@@ -32,6 +32,12 @@ class MemoryBreakdown(ApiModel):
     cuda_graph_gib: float = Field(alias="cudaGraphGiB", description="Captured CUDA graphs.")
     kv_cache_gib: float = Field(alias="kvCacheGiB", description="Memory left for the KV cache.")
     kv_cache_tokens: int = Field(description="Tokens the KV cache holds.")
+    predicted_kv_cache_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="The memory model's own prediction, set only when kvCacheTokens is the "
+        "engine's measured capacity (status.observations): the plan learned from the fleet.",
+    )
     concurrency_at_p99: float = Field(
         alias="concurrencyAtP99", description="Sequences of p99ContextTokens the KV cache holds."
     )
@@ -91,18 +97,46 @@ class HostMemory(ApiModel):
     note: str | None = Field(default=None, description="The risk, when clamped.")
 
 
+class UserOverride(ApiModel):
+    """A planner-owned engine argument the user set in spec.vllm.extraArgs (allowPlannerOverride).
+
+    The pool runs `value`: it is rendered once, in place of the planner's, and the plan's
+    engineArgs and memory figures are those of the user's value.
+    """
+
+    arg: str = Field(description="vLLM engine field, e.g. max_num_seqs.")
+    flag: str = Field(description="The extraArgs key that set it, e.g. --max-num-seqs.")
+    planned: Any = Field(
+        default=None,
+        description="What the planner chose (absent: the version's default).",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    value: Any = Field(
+        description="The user's value, in force.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+
+
 class PoolPlan(ApiModel):
     """The engine arguments chosen for one GPU pool and why."""
 
     engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="vLLM engine arguments by vLLM field name (tensor_parallel_size, "
-        "gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens, ...).",
+        "gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens, ...): "
+        "the effective ones, the user's overrides (userOverrides) included; remediation "
+        "overrides (status.overrides) apply on top.",
         json_schema_extra={"additionalProperties": {"x-kubernetes-preserve-unknown-fields": True}},
     )
     memory: MemoryBreakdown | None = Field(default=None, description="Expected memory per GPU.")
     host_memory: HostMemory | None = Field(
         default=None, description="Host (CPU) memory of one replica: its request and limit."
+    )
+    user_overrides: list[UserOverride] = Field(
+        default_factory=list,
+        description="Engine arguments spec.vllm.extraArgs sets in place of the planner's "
+        "(allowPlannerOverride); engineArgs and memory already use them.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["arg"]},
     )
     reasons: list[str] = Field(default_factory=list, description="Why each value was chosen.")
     hash: str | None = Field(default=None, description="Hash of the rendered plan.")
@@ -136,6 +170,62 @@ class ObservedCapacity(ApiModel):
         default=None,
         description="Hash of the plan the engine ran (observations of older plans are dropped).",
     )
+    source: str = Field(
+        default="vllm:cache_config_info", description="Where the engine's capacity was read."
+    )
+
+
+MAX_OBSERVATIONS = 16
+"""Observations kept in status.observations, newest first (bounded: status is one object)."""
+
+
+class ObservationKey(ApiModel):
+    """What decides the KV capacity vLLM allocates: the same key, the same capacity.
+
+    max_num_seqs and max_num_batched_tokens are not part of it: fewer sequences (fewer CUDA graphs
+    to capture) or a smaller prefill chunk (a smaller profiling peak) never leave vLLM less KV
+    cache, so an observation also holds, as a lower bound, for a plan with less of either.
+    """
+
+    model: str = Field(description="spec.model.name.")
+    revision: str | None = Field(default=None, description="spec.model.revision (absent: main).")
+    gpu_type: str = Field(description="GPU Feature Discovery product label of the pool.")
+    vllm_version: str = Field(description="The vLLM version the engine ran.")
+    tensor_parallel_size: int = Field(ge=1, description="tensor_parallel_size.")
+    max_model_len: int = Field(ge=1, description="max_model_len.")
+    gpu_memory_utilization: float = Field(gt=0, le=1, description="gpu_memory_utilization.")
+    block_size: int | None = Field(default=None, ge=1, description="block_size.")
+    kv_cache_dtype: str = Field(default="auto", description="kv_cache_dtype.")
+    dtype: str = Field(default="auto", description="dtype (as planned: bfloat16, float16, ...).")
+    quantization: str | None = Field(default=None, description="quantization (absent: none).")
+    enforce_eager: bool = Field(default=False, description="enforce_eager.")
+
+
+class Observation(ApiModel):
+    """The KV capacity one engine configuration really got, kept across plan changes.
+
+    The planner uses it for this key instead of its memory model (docs/planning-model.md,
+    "Learning from the fleet").
+    """
+
+    key: ObservationKey = Field(description="The configuration the engine ran.")
+    max_num_seqs: int = Field(ge=1, description="max_num_seqs the engine ran with.")
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="max_num_batched_tokens the engine ran with."
+    )
+    kv_cache_tokens: int = Field(
+        ge=1, description="Tokens the engine's KV cache holds (the smallest pod's)."
+    )
+    predicted_kv_cache_tokens: int | None = Field(
+        default=None, ge=0, description="What the memory model predicted for this key."
+    )
+    deviation_percent: float | None = Field(
+        default=None,
+        description="(observed - predicted) / predicted x 100, one decimal: the memory model's "
+        "error for this key.",
+    )
+    observed_at: datetime = Field(description="When this capacity was first measured.")
+    pods: int = Field(default=1, ge=1, description="Pods whose engine reported it.")
     source: str = Field(
         default="vllm:cache_config_info", description="Where the engine's capacity was read."
     )
@@ -232,7 +322,8 @@ class VLLMServiceStatus(ApiModel):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Ready, Feasible, Progressing, Degraded, MemoryPressure, MetricsAvailable.",
+        description="Ready, Feasible, Progressing, Degraded, MemoryPressure, MetricsAvailable, "
+        "TargetUnmet, PlanDeviation.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     gpu_pools: str | None = Field(
@@ -257,4 +348,11 @@ class VLLMServiceStatus(ApiModel):
     )
     history: list[HistoryEntry] = Field(
         default_factory=list, max_length=50, description="The last remediation steps (at most 50)."
+    )
+    observations: list[Observation] = Field(
+        default_factory=list,
+        max_length=MAX_OBSERVATIONS,
+        description="KV capacity the engines measured, one per configuration (key), newest "
+        f"first, at most {MAX_OBSERVATIONS}; kept across plan changes and used by the planner "
+        "when it plans the same configuration again.",
     )

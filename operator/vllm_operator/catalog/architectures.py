@@ -31,6 +31,7 @@ class QuantMethod(StrEnum):
     FBGEMM_FP8 = "fbgemm_fp8"
     COMPRESSED_TENSORS = "compressed-tensors"
     MXFP4 = "mxfp4"
+    NVFP4 = "modelopt_fp4"
     INT8 = "int8"
 
 
@@ -41,6 +42,8 @@ _QUANT_ALIASES = {
     "bnb": QuantMethod.BITSANDBYTES,
     "compressed_tensors": QuantMethod.COMPRESSED_TENSORS,
     "modelopt": QuantMethod.FP8,
+    "nvfp4": QuantMethod.NVFP4,
+    "modelopt_mixed": QuantMethod.FP8,
     "experts_int8": QuantMethod.INT8,
 }
 
@@ -57,6 +60,15 @@ def parse_quant_method(text: str | None) -> QuantMethod:
     except ValueError:
         accepted = ", ".join(m.value for m in QuantMethod)
         raise ValueError(f"unsupported quantization {text!r}; accepted: {accepted}") from None
+
+
+class LinearKind(StrEnum):
+    """The fixed-state layer of a hybrid model, by vLLM's state-shape helper
+    (model_executor/layers/mamba/mamba_utils.py MambaStateShapeCalculator)."""
+
+    GATED_DELTA_NET = "gated_delta_net"  # Qwen3-Next, Qwen3.5, Qwen3.6
+    MAMBA2 = "mamba2"  # Granite-4.0-H, Falcon-H1, Nemotron-H, Bamba
+    MAMBA1 = "mamba1"  # Jamba
 
 
 class Quantization(BaseModel):
@@ -77,6 +89,24 @@ class Quantization(BaseModel):
         description="Only MLP projections are quantised (Meta's fbgemm FP8 405B keeps attention).",
     )
     unquantized_mlp_layers: int = 0
+    dense_bits: float | None = Field(
+        default=None,
+        description="Bits of the quantised layers other than routed experts, when they differ "
+        "(modelopt MIXED_PRECISION: experts NVFP4, the rest FP8).",
+    )
+
+    shared_expert_bits: float | None = Field(
+        default=None, description="Bits of the shared experts when they differ (MIXED_PRECISION)."
+    )
+    lm_head_bits: float | None = Field(
+        default=None, description="Bits of a quantised lm_head (MIXED_PRECISION lists it)."
+    )
+
+    def dense_bytes_per_param(self) -> float:
+        """Stored bytes per parameter of quantised non-expert layers."""
+        if self.dense_bits is None:
+            return self.bytes_per_param()
+        return self.dense_bits / 8.0
 
     def bytes_per_param(self) -> float:
         """Stored bytes per quantised parameter, scales and zero points included."""
@@ -87,6 +117,12 @@ class Quantization(BaseModel):
             return base + (1.0 / 64 + 4.0 / (64 * 256) if self.double_quant else 4.0 / 64)
         if self.method is QuantMethod.MXFP4:
             return base + 1.0 / (self.group_size or 32)  # one E8M0 scale per 32 weights
+        if self.method is QuantMethod.NVFP4:
+            # NVFP4: E2M1 values plus one FP8 (E4M3) scale per 16 weights = 4.5 bits; the
+            # per-tensor fp32 global scales are below 0.01 % (vLLM quantization/modelopt.py
+            # ModelOptNvFp4Config group_size 16, ModelOptNvFp4FusedMoE.create_weights:
+            # weight_scale float8_e4m3fn per group_size inputs).
+            return base + 1.0 / (self.group_size or 16)
         if self.group_size:
             scale = 2.0 / self.group_size  # fp16/bf16 scale per group
             zeros = (self.bits / 8.0) / self.group_size if self.zero_point else 0.0
@@ -126,15 +162,99 @@ class Architecture(BaseModel):
     qk_nope_head_dim: int | None = None
     qk_rope_head_dim: int | None = None
     v_head_dim: int | None = None
+    index_head_dim: int | None = Field(
+        default=None,
+        description="Sparse MLA (DeepSeek-V3.2 DSA, GLM-5): the lightning indexer's key width; "
+        "every layer caches one fp8 indexer key per token beside the latent.",
+    )
+    index_n_heads: int | None = None
     # sliding window / hybrid layouts
     sliding_window: int | None = None
     sliding_window_layers: int = Field(
         default=0, description="Layers that use the sliding window (V1 groups them apart)."
     )
+    # hybrid attention + linear attention / state-space layers (Qwen3-Next, Qwen3.5/3.6,
+    # Granite-4.0-H, Falcon-H1, Jamba): only `full_attention_layers` hold per-token KV, the
+    # `linear_layers` hold one fixed state per sequence (see planning/memory.py hybrid_layout).
+    linear_layers: int = Field(default=0, ge=0)
+    linear_kind: LinearKind | None = None
+    attention_layer_count: int | None = Field(
+        default=None,
+        description="Layers with attention when it is not layers - linear_layers: Nemotron-H's "
+        "MLP-only layers hold neither; Falcon-H1 runs attention and Mamba in every layer.",
+    )
+    layer_pattern: str = Field(
+        default="",
+        description="Nemotron-H hybrid_override_pattern: M Mamba2, * attention, - MLP, E MoE "
+        "(one mixer per layer).",
+    )
+    parallel_hybrid: bool = Field(
+        default=False, description="Attention and Mamba side by side in every layer (Falcon-H1)."
+    )
+    linear_num_key_heads: int | None = None
+    linear_num_value_heads: int | None = None
+    linear_key_head_dim: int | None = None
+    linear_value_head_dim: int | None = None
+    linear_conv_kernel_dim: int | None = None
+    mamba_intermediate_size: int | None = None
+    mamba_num_heads: int | None = None
+    mamba_head_dim: int | None = None
+    mamba_n_groups: int | None = None
+    mamba_d_state: int | None = None
+    mamba_ssm_dtype: str | None = Field(
+        default=None, description="Recurrent-state dtype the config asks for (mamba_ssm_dtype)."
+    )
+    attn_output_gate: bool = Field(
+        default=False, description="q_proj also emits a sigmoid gate (Qwen3-Next / Qwen3.5)."
+    )
+    # Gemma-3n / Gemma-4: the last num_kv_shared_layers reuse an earlier layer's KV (they hold
+    # none); full-attention layers may use a wider head; per-layer embeddings (PLE)
+    layer_types: tuple[str, ...] = ()
+    num_kv_shared_layers: int = Field(default=0, ge=0)
+    global_head_dim: int | None = None
+    num_global_key_value_heads: int | None = None
+    hidden_size_per_layer_input: int = Field(default=0, ge=0)
+    vocab_size_per_layer_input: int | None = None
+    use_double_wide_mlp: bool = False
+    num_mtp_layers: int = Field(
+        default=0,
+        ge=0,
+        description="Multi-token-prediction layers the checkpoint ships (num_nextn_predict_layers"
+        " / mtp_num_hidden_layers); loaded only when speculative decoding uses them.",
+    )
     quantization: Quantization | None = None
     vision_params: int = Field(default=0, ge=0, description="Vision tower, replicated per rank.")
     num_parameters: int | None = Field(default=None, description="Exact count when known.")
     source: str = ""
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Some layers keep a fixed per-sequence state instead of per-token KV."""
+        return self.linear_layers > 0 and self.linear_kind is not None
+
+    @property
+    def full_attention_layers(self) -> int:
+        if self.attention_layer_count is not None:
+            return self.attention_layer_count
+        return self.num_hidden_layers - (self.linear_layers if self.is_hybrid else 0)
+
+    def is_full_attention(self, layer: int) -> bool:
+        """A full (global) attention layer by layer_types; all layers when none are listed."""
+        if not self.layer_types or layer >= len(self.layer_types):
+            return True
+        return self.layer_types[layer] == "full_attention"
+
+    def is_kv_shared(self, layer: int) -> bool:
+        """One of the last num_kv_shared_layers: reads an earlier layer's KV, holds none."""
+        return layer >= self.num_hidden_layers - self.num_kv_shared_layers
+
+    def attention_dims(self, layer: int) -> tuple[int, int]:
+        """(KV heads, head dim) of a layer: Gemma-4's full-attention layers use
+        global_head_dim (and num_global_key_value_heads when set)."""
+        if self.global_head_dim and self.is_full_attention(layer):
+            heads = self.num_global_key_value_heads or self.num_key_value_heads
+            return heads, self.global_head_dim
+        return self.num_key_value_heads, self.head_dim
 
     @property
     def is_mla(self) -> bool:
@@ -150,7 +270,9 @@ class Architecture(BaseModel):
 
     @property
     def kind(self) -> str:
-        """dense | GQA | MoE | MLA: the families the benchmark must answer."""
+        """dense | GQA | MoE | MLA | hybrid: the families the benchmark must answer."""
+        if self.is_hybrid:
+            return "hybrid"
         if self.is_mla:
             return "MLA"
         if self.is_moe:
@@ -204,6 +326,24 @@ def _quantization_from_config(qc: dict[str, Any] | None) -> Quantization | None:
     if method is QuantMethod.COMPRESSED_TENSORS and bits is None:
         bits = _compressed_tensors_bits(qc)
         group = group or _compressed_tensors_group(qc)
+    dense_bits: float | None = None
+    shared_bits: float | None = None
+    head_bits: float | None = None
+    if method is QuantMethod.FP8 and str(qc.get("quant_method", "")).lower() == "modelopt":
+        # modelopt names its format in quant_algo: FP8, NVFP4, or MIXED_PRECISION with
+        # per-layer formats (config_groups of fp8 and 4-bit float weights).
+        algo = str(qc.get("quant_algo") or "FP8").upper()
+        if "FP4" in algo:
+            method, group = QuantMethod.NVFP4, group or 16
+        elif algo == "MIXED_PRECISION" and _compressed_tensors_bits(qc, lowest=True) == 4:
+            method, group, dense_bits = QuantMethod.NVFP4, 16, 8.0
+            layers = qc.get("quantized_layers")
+            if isinstance(layers, dict) and layers:
+                dense_bits, shared_bits, head_bits = _mixed_layer_bits(layers)
+    if method is QuantMethod.COMPRESSED_TENSORS and _is_nvfp4_group(qc):
+        method, group = QuantMethod.NVFP4, 16  # nvfp4-pack-quantized: fp8 scale per 16
+    if method is QuantMethod.NVFP4:
+        bits = 4
     if method in (QuantMethod.FP8, QuantMethod.FBGEMM_FP8):
         bits = 8
     if method is QuantMethod.MXFP4:
@@ -216,16 +356,58 @@ def _quantization_from_config(qc: dict[str, Any] | None) -> Quantization | None:
         experts_only=targets == "experts" or method is QuantMethod.MXFP4,
         mlp_only=method is QuantMethod.FBGEMM_FP8,
         unquantized_mlp_layers=2 if method is QuantMethod.FBGEMM_FP8 else 0,
+        dense_bits=dense_bits,
+        shared_expert_bits=shared_bits,
+        lm_head_bits=head_bits,
     )
 
 
-def _compressed_tensors_bits(qc: dict[str, Any]) -> int:
-    groups = qc.get("config_groups") or {}
-    for group in groups.values():
+_ALGO_BITS = {"NVFP4": 4.5, "FP8": 8.0, "W4A8_AWQ": 4.25, "INT8": 8.0}
+
+
+def _mixed_layer_bits(layers: dict[str, Any]) -> tuple[float, float | None, float | None]:
+    """Stored bits of the non-expert layers, the shared experts and lm_head of a modelopt
+    MIXED_PRECISION checkpoint, from its per-layer `quantized_layers` (vLLM
+    quantization/modelopt.py ModelOptMixedPrecisionConfig reads the same dict). A category
+    without entries stays unquantised (16 bits); a category with several formats counts at the
+    widest (the safe side)."""
+    found: dict[str, float] = {}
+    for name, info in layers.items():
+        algo = str((info or {}).get("quant_algo", "")).upper() if isinstance(info, dict) else ""
+        bits = _ALGO_BITS.get(algo, 8.0)
+        if name.endswith("lm_head"):
+            key = "head"
+        elif "shared_expert" in name:
+            key = "shared"
+        elif ".experts" in name:
+            continue  # routed experts: the checkpoint's NVFP4
+        else:
+            key = "dense"
+        found[key] = max(found.get(key, 0.0), bits)
+    return found.get("dense", 16.0), found.get("shared"), found.get("head")
+
+
+def _compressed_tensors_bits(qc: dict[str, Any], *, lowest: bool = False) -> int:
+    """num_bits of the first weight group (or the lowest over all groups)."""
+    found = [
+        int(((group or {}).get("weights") or {})["num_bits"])
+        for group in (qc.get("config_groups") or {}).values()
+        if ((group or {}).get("weights") or {}).get("num_bits")
+    ]
+    if not found:
+        return 8
+    return min(found) if lowest else found[0]
+
+
+def _is_nvfp4_group(qc: dict[str, Any]) -> bool:
+    """A compressed-tensors group of 4-bit floats in groups of 16 is NVFP4 (fp8 scales)."""
+    if "nvfp4" in str(qc.get("format", "")).lower():
+        return True
+    for group in (qc.get("config_groups") or {}).values():
         weights = (group or {}).get("weights") or {}
-        if weights.get("num_bits"):
-            return int(weights["num_bits"])
-    return 8
+        if weights.get("num_bits") == 4 and weights.get("type") == "float":
+            return True
+    return False
 
 
 def _compressed_tensors_group(qc: dict[str, Any]) -> int | None:
@@ -258,6 +440,112 @@ def _sliding_layers(cfg: dict[str, Any], layers: int) -> int:
     return layers  # Mistral-v0.1 style: every layer windowed
 
 
+def _hybrid_fields(cfg: dict[str, Any], layers: int, hidden: int) -> dict[str, Any]:
+    """The fixed-state layers of a hybrid model, read the way vLLM's model classes read them
+    (get_mamba_state_shape_from_config in qwen3_next.py / qwen3_5.py, granitemoehybrid.py,
+    jamba.py of vLLM 0.33.0). Empty for a pure-attention model.
+    """
+    model_type = str(cfg.get("model_type", ""))
+    layer_types = cfg.get("layer_types")
+    types = [str(t) for t in layer_types] if isinstance(layer_types, list) else []
+    if cfg.get("linear_num_value_heads"):
+        if types:
+            linear = sum(1 for t in types if t == "linear_attention")
+        else:
+            # Qwen3-Next leaves layer_types unset: every full_attention_interval-th layer is
+            # full attention (Qwen3NextConfig: (i + 1) % interval == 0).
+            interval = int(cfg.get("full_attention_interval") or 4)
+            linear = layers - layers // interval
+        gate = cfg.get("attn_output_gate")
+        return {
+            "linear_layers": linear,
+            "linear_kind": LinearKind.GATED_DELTA_NET,
+            "linear_num_key_heads": cfg.get("linear_num_key_heads"),
+            "linear_num_value_heads": cfg.get("linear_num_value_heads"),
+            "linear_key_head_dim": cfg.get("linear_key_head_dim"),
+            "linear_value_head_dim": cfg.get("linear_value_head_dim"),
+            "linear_conv_kernel_dim": cfg.get("linear_conv_kernel_dim") or 4,
+            "mamba_ssm_dtype": cfg.get("mamba_ssm_dtype"),
+            # vLLM qwen3_next.py: getattr(config, "attn_output_gate", True)
+            "attn_output_gate": bool(gate) if gate is not None else True,
+        }
+    if model_type == "granitemoehybrid" and "mamba" in types:
+        return {
+            "linear_layers": sum(1 for t in types if t == "mamba"),
+            "linear_kind": LinearKind.MAMBA2,
+            "mamba_intermediate_size": int(cfg.get("mamba_expand") or 2) * hidden,
+            "mamba_num_heads": cfg.get("mamba_n_heads"),
+            "mamba_head_dim": cfg.get("mamba_d_head"),
+            "mamba_n_groups": cfg.get("mamba_n_groups") or 1,
+            "mamba_d_state": cfg.get("mamba_d_state"),
+            "linear_conv_kernel_dim": cfg.get("mamba_d_conv") or 4,
+        }
+    pattern = cfg.get("hybrid_override_pattern")
+    if model_type == "nemotron_h" and isinstance(pattern, str) and "M" in pattern:
+        heads = cfg.get("mamba_num_heads")
+        head_dim = cfg.get("mamba_head_dim")
+        return {
+            "linear_layers": pattern.count("M"),
+            "attention_layer_count": pattern.count("*"),
+            "layer_pattern": pattern,
+            "linear_kind": LinearKind.MAMBA2,
+            # nemotron_h.py: intermediate = mamba_num_heads x mamba_head_dim
+            "mamba_intermediate_size": int(heads) * int(head_dim) if heads and head_dim else None,
+            "mamba_num_heads": heads,
+            "mamba_head_dim": head_dim,
+            "mamba_n_groups": _first(cfg, "n_groups", "mamba_num_groups") or 1,
+            "mamba_d_state": cfg.get("ssm_state_size"),
+            "linear_conv_kernel_dim": cfg.get("conv_kernel") or 4,
+            # models/config.py NemotronHForCausalLMConfig: float32 unless the config says
+            "mamba_ssm_dtype": cfg.get("mamba_ssm_cache_dtype") or "float32",
+        }
+    if model_type == "falcon_h1" or (cfg.get("mamba_d_ssm") and cfg.get("mamba_n_heads")):
+        return {
+            "linear_layers": layers,
+            "attention_layer_count": layers,
+            "parallel_hybrid": True,
+            "linear_kind": LinearKind.MAMBA2,
+            # falcon_h1.py: mamba_d_ssm, else mamba_expand x hidden
+            "mamba_intermediate_size": cfg.get("mamba_d_ssm")
+            or int(cfg.get("mamba_expand") or 2) * hidden,
+            "mamba_num_heads": cfg.get("mamba_n_heads"),
+            "mamba_head_dim": cfg.get("mamba_d_head"),
+            "mamba_n_groups": cfg.get("mamba_n_groups") or 1,
+            "mamba_d_state": cfg.get("mamba_d_state"),
+            "linear_conv_kernel_dim": cfg.get("mamba_d_conv") or 4,
+        }
+    if model_type == "jamba":
+        period = int(cfg.get("attn_layer_period") or 8)
+        offset = int(cfg.get("attn_layer_offset") or 4)
+        return {
+            "linear_layers": sum(1 for i in range(layers) if i % period != offset),
+            "linear_kind": LinearKind.MAMBA1,
+            "mamba_intermediate_size": int(cfg.get("mamba_expand") or 2) * hidden,
+            "mamba_d_state": cfg.get("mamba_d_state") or 16,
+            "linear_conv_kernel_dim": cfg.get("mamba_d_conv") or 4,
+        }
+    return {}
+
+
+def _gemma_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """KV sharing, the wider full-attention head and per-layer embeddings (Gemma-3n, Gemma-4;
+    vLLM gemma4.py / gemma3n.py read the same keys). Empty for other models."""
+    shared = int(cfg.get("num_kv_shared_layers") or 0)
+    ple = int(cfg.get("hidden_size_per_layer_input") or 0)
+    if not shared and not ple and not cfg.get("global_head_dim"):
+        return {}
+    types = cfg.get("layer_types")
+    return {
+        "layer_types": tuple(str(t) for t in types) if isinstance(types, list) else (),
+        "num_kv_shared_layers": shared,
+        "global_head_dim": cfg.get("global_head_dim"),
+        "num_global_key_value_heads": cfg.get("num_global_key_value_heads"),
+        "hidden_size_per_layer_input": ple,
+        "vocab_size_per_layer_input": cfg.get("vocab_size_per_layer_input"),
+        "use_double_wide_mlp": bool(cfg.get("use_double_wide_mlp")),
+    }
+
+
 def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> Architecture:
     """Read a Hugging Face config.json (dict). Multimodal configs use their text_config.
 
@@ -275,6 +563,8 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
     model_type = str(merged.get("model_type") or "unknown")
     if inter is None and model_type in ("phi", "gpt2", "opt") and hidden is not None:
         inter = 4 * int(hidden)
+    if inter is None and merged.get("num_experts"):
+        inter = merged.get("moe_intermediate_size")  # every layer routed (Qwen3.5-MoE text)
     missing = [
         key
         for key, value in (
@@ -300,6 +590,9 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         cfg.get("quantization_config") or merged.get("quantization_config")
     )
     dtype = str(_first(merged, "torch_dtype", "dtype") or "bfloat16").split()[0]
+    hybrid = _hybrid_fields(merged, int(layers), int(hidden))
+    if hybrid and merged.get("linear_layers") is not None:
+        hybrid["linear_layers"] = int(merged["linear_layers"])
     return Architecture(
         name=name,
         model_type=model_type,
@@ -314,7 +607,7 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         torch_dtype=dtype,
         tie_word_embeddings=bool(tie) if tie is not None else tie_default,
         gated_mlp=str(merged.get("mlp", "")) != "plain"
-        and model_type not in ("phi", "opt", "gpt2"),
+        and model_type not in ("phi", "opt", "gpt2", "nemotron_h"),  # nemotron_h: relu2 up/down
         attention_bias=bool(merged.get("attention_bias")) or model_type.startswith("qwen2"),
         num_experts=int(experts) if experts else None,
         num_experts_per_tok=merged.get("num_experts_per_tok"),
@@ -328,6 +621,8 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         qk_nope_head_dim=merged.get("qk_nope_head_dim"),
         qk_rope_head_dim=merged.get("qk_rope_head_dim"),
         v_head_dim=merged.get("v_head_dim"),
+        index_head_dim=merged.get("index_head_dim") if merged.get("index_topk") else None,
+        index_n_heads=merged.get("index_n_heads") if merged.get("index_topk") else None,
         sliding_window=merged.get("sliding_window")
         if _sliding_layers(merged, int(layers))
         else None,
@@ -336,6 +631,11 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         vision_params=int(merged.get("vision_params") or 0),
         num_parameters=merged.get("num_parameters"),
         source=source,
+        num_mtp_layers=int(
+            _first(merged, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0
+        ),
+        **hybrid,
+        **_gemma_fields(merged),
     )
 
 

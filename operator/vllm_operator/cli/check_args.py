@@ -5,6 +5,8 @@ import sys
 import click
 
 from vllm_operator.catalog.vllm import UnknownVersionError, check_argv
+from vllm_operator.catalog.vllm.values import argv_values
+from vllm_operator.planning.engine_rules import check_engine_rules
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -39,6 +41,13 @@ def check_args(
     except UnknownVersionError as exc:
         raise click.BadParameter(str(exc), param_hint="--vllm-version") from None
     if not problems:
+        # The flags parse; would vLLM's engine configuration accept them together? Fields the
+        # argv leaves out (the plan's, the model's) are unknown here and their rules skipped.
+        violations = check_engine_rules(version, argv_values(version, list(argv)))
+        for violation in violations:
+            click.echo(violation.describe())
+        if violations:
+            sys.exit(1)
         click.echo(f"valid for vLLM {version}: {' '.join(argv)}".rstrip())
         sys.exit(0)
     for problem in problems:

@@ -30,6 +30,7 @@ from vllm_operator.catalog.gpus import (
     parse_compute_capability,
 )
 from vllm_operator.cli.files import load_mapping
+from vllm_operator.planning.adapters import adapters_from_extra_args
 from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.memory import EngineArgs, MemoryEstimate, estimate_memory
@@ -198,6 +199,15 @@ def _print_table(data: dict[str, Any]) -> None:
 @click.option("--enforce-eager", is_flag=True, default=False)
 @click.option("--vllm-version", default=DEFAULT_VLLM_VERSION, show_default=True)
 @click.option(
+    "--speculative-config",
+    metavar="JSON",
+    help="vLLM's --speculative-config (method, num_speculative_tokens): MTP / EAGLE draft "
+    "weights and KV are added.",
+)
+@click.option("--enable-lora", is_flag=True, default=False, help="LoRA slot buffers are added.")
+@click.option("--max-loras", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--max-lora-rank", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option(
     "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
 def estimate(
@@ -218,6 +228,10 @@ def estimate(
     kv_cache_dtype: str,
     enforce_eager: bool,
     vllm_version: str,
+    speculative_config: str | None,
+    enable_lora: bool,
+    max_loras: int,
+    max_lora_rank: int,
     output: str,
 ) -> None:
     """Predict vLLM's startup memory profile (weights, activation, KV cache) for engine args.
@@ -237,7 +251,13 @@ def estimate(
         assert model is not None
         arch = resolve_model(model, token=os.environ.get("HF_TOKEN"))
     facts = resolve_gpu(gpu_label, gpu_memory_mib, compute_capability)
+    flags: dict[str, str] = {"--max-loras": str(max_loras), "--max-lora-rank": str(max_lora_rank)}
+    if speculative_config:
+        flags["--speculative-config"] = speculative_config
+    if enable_lora:
+        flags["--enable-lora"] = ""
     try:
+        adapters = adapters_from_extra_args(flags)
         args = EngineArgs(
             tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size,
@@ -251,6 +271,10 @@ def estimate(
             kv_cache_dtype=kv_cache_dtype,
             enforce_eager=enforce_eager,
             vllm_version=vllm_version,
+            speculative_method=adapters.speculative_method,
+            num_speculative_tokens=adapters.num_speculative_tokens,
+            max_loras=adapters.max_loras,
+            max_lora_rank=adapters.max_lora_rank,
         )
         est = estimate_memory(arch, gpu_memory(facts), args)
     except (PlanningInputError, ValueError) as exc:

@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from vllm_operator.api.crd import dump_yaml
+from vllm_operator.api.reasons import Reason
 from vllm_operator.cli.specs import CliResolver, check_file, echo_refusal, prepare
 from vllm_operator.reconcile.inventory import GpuNodeGroup
 from vllm_operator.reconcile.pools import plan_pools
@@ -64,6 +65,11 @@ def render(file: Path, gpus: tuple[str, ...], gpus_per_node: int) -> None:
                 )
                 failed = failed or not pool.feasible
                 continue
+            if pool.plan_note:  # rendered as asked, but the plan's figures no longer hold
+                click.echo(
+                    f"{service.name}: {pool.gpu_type}: {Reason.PLAN_OVERRIDDEN}: {pool.plan_note}",
+                    err=True,
+                )
             out.append(dump_yaml(pool.deployment))
         if any(p.deployment is not None for p in pools):
             out.extend(dump_yaml(o) for o in (render_service(service), render_pdb(service)))

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from vllm_operator.catalog.architectures import Architecture, Quantization, QuantMethod
 from vllm_operator.catalog.gpus import GpuFacts
 from vllm_operator.planning.intent import PlanIntent
-from vllm_operator.planning.memory import MemoryEstimate
+from vllm_operator.planning.memory import MemoryEstimate, sequences_at
 
 MAX_TP_ONE_NODE = 8  # tensor parallelism beyond one 8-GPU node is not suggested
 
@@ -108,7 +108,7 @@ def infeasible(
             Alternative(
                 kind=AlternativeKind.LARGER_TP,
                 description=f"raise spec.placement.maxGPUsPerReplica to {tp}: TP={tp} fits "
-                f"{bigger.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
+                f"{sequences_at(bigger, intent.p99_context_tokens):.1f} sequences",
                 changes={"maxGPUsPerReplica": tp},
             )
         )
@@ -120,7 +120,7 @@ def infeasible(
                     kind=AlternativeKind.FP8_KV_CACHE,
                     description=f"an fp8 KV cache (--kv-cache-dtype fp8, halves KV bytes; "
                     f"compute capability {facts.cc_text}): TP={fp8.args.tensor_parallel_size} fits "
-                    f"{fp8.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
+                    f"{sequences_at(fp8, intent.p99_context_tokens):.1f} sequences",
                     changes={
                         "kv_cache_dtype": "fp8",
                         "tensor_parallel_size": fp8.args.tensor_parallel_size,
@@ -146,7 +146,7 @@ def infeasible(
                     kind=AlternativeKind.QUANTIZED_CHECKPOINT,
                     description=f"a 4-bit AWQ/GPTQ checkpoint of {arch.name} (spec.model.name of "
                     f"the quantised repo){raise_tp}: TP={q_tp} fits "
-                    f"{q.kv_cache_tokens / intent.p99_context_tokens:.1f} sequences",
+                    f"{sequences_at(q, intent.p99_context_tokens):.1f} sequences",
                     changes={"quantization": "awq", "tensor_parallel_size": q_tp},
                 )
             )
@@ -164,7 +164,7 @@ def infeasible(
                 )
             )
     if last is not None and last.fits and last.kv_cache_tokens >= intent.p99_context_tokens:
-        most = last.kv_cache_tokens // intent.p99_context_tokens
+        most = int(sequences_at(last, intent.p99_context_tokens))
         alternatives.append(
             Alternative(
                 kind=AlternativeKind.LOWER_CONCURRENCY,

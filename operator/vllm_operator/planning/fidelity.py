@@ -21,7 +21,7 @@ KV_ERROR_BY_ERA: tuple[tuple[str, float, str], ...] = (
     (
         "0.20.0",
         0.12,
-        "0.20+: 5 answered rows, p90 11.4 % (run-to-run spread of 1.2 GiB on identical L4s)",
+        "0.20+: 7 answered rows, p90 11.3 % (run-to-run spread of 1.2 GiB on identical L4s)",
     ),
     ("0.17.0", 0.02, "0.17-0.19: 25 rows, p90 0.9 %"),
     ("0.11.0", 0.04, "0.11-0.16: 4 rows, p90 3.4 %"),
@@ -32,6 +32,10 @@ KV_ERROR_BY_ERA: tuple[tuple[str, float, str], ...] = (
 # MoE and MLA models: 4 answered rows in all (worst -3.1 %), and their CUDA-graph and activation
 # terms are fitted on fewer logs than dense ones.
 SPARSE_FAMILY_FLOOR = 0.05
+# Hybrid attention + linear-attention / Mamba models: one answered row (Qwen3.6-35B-A3B NVFP4,
+# vLLM 0.24), KV +10.0 % with its token count exact: the budget terms (weights of a mixed-format
+# checkpoint, vision profiling) carry the error, not the state pages.
+HYBRID_FAMILY_FLOOR = 0.10
 
 
 def kv_error_margin(version: str, arch: Architecture) -> tuple[float, str]:
@@ -42,6 +46,8 @@ def kv_error_margin(version: str, arch: Architecture) -> tuple[float, str]:
         if parsed.at_least(floor):
             margin, why = value, text
             break
+    if arch.is_hybrid and margin < HYBRID_FAMILY_FLOOR:
+        return HYBRID_FAMILY_FLOOR, f"{why}; hybrid models: at least 10 % (one calibration row)"
     if (arch.is_moe or arch.is_mla) and margin < SPARSE_FAMILY_FLOOR:
         family = "MLA" if arch.is_mla else "MoE"
         return SPARSE_FAMILY_FLOOR, f"{why}; {family} models: at least 5 % (few calibration rows)"

@@ -4,10 +4,42 @@ Kept apart from the search (planning/plan.py) and the alternatives (planning/alt
 which both take it: the planner can be driven without a whole spec (tests, `estimate`).
 """
 
+from datetime import datetime
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from vllm_operator.api.spec import LatencyProfile, PrefixCaching, VLLMServiceSpec
+from vllm_operator.planning.adapters import Adapters, adapters_from_extra_args
+from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION
+
+
+class ObservedKv(BaseModel):
+    """The KV capacity an engine measured for one configuration on this pool's GPU type.
+
+    A typed planner input (the reconcile selects the observations of the service's model and the
+    pool's GPU type from status.observations): planning stays a pure function of its inputs, and
+    the plan cache keys on them. The planner uses `kv_cache_tokens` instead of its memory model
+    for a candidate with exactly these memory-relevant arguments and at most `max_num_seqs`
+    sequences and `max_num_batched_tokens` tokens (less of either never leaves vLLM less KV).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vllm_version: str
+    tensor_parallel_size: int = Field(ge=1)
+    max_model_len: int = Field(ge=1)
+    gpu_memory_utilization: float = Field(gt=0, le=1)
+    block_size: int | None = None
+    kv_cache_dtype: str = "auto"
+    dtype: str
+    quantization: str | None = None
+    enforce_eager: bool = False
+    max_num_seqs: int = Field(ge=1)
+    max_num_batched_tokens: int | None = None
+    kv_cache_tokens: int = Field(ge=1)
+    observed_at: datetime
+    source: str = "vllm:cache_config_info"
 
 
 class PlanIntent(BaseModel):
@@ -26,9 +58,20 @@ class PlanIntent(BaseModel):
     dtype: str = "auto"
     quantization: str | None = None
     vllm_version: str = DEFAULT_VLLM_VERSION
+    observations: tuple[ObservedKv, ...] = Field(
+        default=(),
+        description="Measured KV capacities of this pool's GPU type (learning from the fleet).",
+    )
+    adapters: Adapters = Adapters()
 
     @classmethod
     def from_spec(cls, spec: VLLMServiceSpec) -> "PlanIntent":
+        try:
+            adapters = adapters_from_extra_args(spec.vllm.extra_args)
+        except PlanningInputError:
+            # a malformed --speculative-config / --max-loras stops vLLM itself; the argument
+            # check reports it (vllm.extraArgs), the memory plan goes on without it
+            adapters = Adapters()
         return cls(
             p99_context_tokens=spec.workload.p99_context_tokens,
             max_context_tokens=spec.workload.max_context_tokens,
@@ -41,4 +84,5 @@ class PlanIntent(BaseModel):
             dtype=spec.model.dtype.value,
             quantization=spec.model.quantization,
             vllm_version=spec.vllm.version or DEFAULT_VLLM_VERSION,
+            adapters=adapters,
         )

@@ -17,7 +17,12 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vllm_operator.catalog.architectures import Architecture, Quantization, QuantMethod
+from vllm_operator.catalog.architectures import (
+    Architecture,
+    LinearKind,
+    Quantization,
+    QuantMethod,
+)
 from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.versions import (
     DEFAULT_VLLM_VERSION,
@@ -116,6 +121,17 @@ class EngineArgs(BaseModel):
         "pip install of an older wheel: the native sampler sorts the vocabulary, and MXFP4 MoE "
         "on sm90 falls back to Marlin.",
     )
+    speculative_method: str | None = Field(
+        default=None, description="--speculative-config method (mtp, eagle, eagle3, ngram, ...)."
+    )
+    num_speculative_tokens: int = Field(default=0, ge=0)
+    max_loras: int = Field(default=0, ge=0, description="LoRA slots (--max-loras); 0: no LoRA.")
+    max_lora_rank: int = Field(default=16, ge=1)
+    enable_prefix_caching: bool | None = Field(
+        default=None,
+        description="None: the version's default. A hybrid without prefix caching pins one "
+        "state block per sequence instead of align mode's two or three.",
+    )
 
 
 class GpuMemory(BaseModel):
@@ -153,6 +169,32 @@ class ResolvedArgs(BaseModel):
     enable_chunked_prefill: bool
     vllm_version: str
     optional_kernels: bool = True
+    speculative_method: str | None = None
+    num_speculative_tokens: int = 0
+    max_loras: int = 0
+    max_lora_rank: int = 16
+    enable_prefix_caching: bool | None = None
+
+
+class HybridLayout(BaseModel):
+    """How vLLM V1 lays out a hybrid model's KV cache on one rank (sizes in bytes)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    block_size: int
+    attention_page_per_token: int
+    state_page: int
+    group_size: int
+    attention_groups: int
+    state_groups: int
+    state_blocks_per_seq: int
+    bytes_per_block: int
+
+    def blocks_per_request(self, max_model_len: int) -> int:
+        """vLLM's get_max_concurrency_for_kv_cache_config: per group, cdiv(max memory of one
+        request, page), summed over the groups that share one block pool."""
+        attention = -(-max_model_len // self.block_size)
+        return self.attention_groups * attention + self.state_groups * self.state_blocks_per_seq
 
 
 class MemoryEstimate(BaseModel):
@@ -178,6 +220,11 @@ class MemoryEstimate(BaseModel):
     max_concurrency: float
     fits: bool
     reasons: list[str]
+    hybrid_layout: HybridLayout | None = Field(
+        default=None,
+        description="A hybrid's block pool (attention and state groups): concurrency at a "
+        "context shorter than max_model_len counts the state pages each sequence pins.",
+    )
     startup_warnings: list[str] = Field(
         default_factory=list,
         description="Predicted failures after the KV cache is allocated (graph capture, "
@@ -204,7 +251,7 @@ def _layers_per_stage(layers: int, pp: int) -> list[int]:
     return [base + (1 if i >= pp - rem else 0) for i in range(pp)]
 
 
-def _attention_params(arch: Architecture, tp: int) -> tuple[float, float]:
+def _attention_params(arch: Architecture, tp: int, layer: int = 0) -> tuple[float, float]:
     """(sharded-and-split params per rank, replicated params) of one attention block."""
     h = arch.hidden_size
     if arch.is_mla:
@@ -220,11 +267,19 @@ def _attention_params(arch: Architecture, tp: int) -> tuple[float, float]:
         else:
             q = h * heads * (nope + rope)
         split = q + lora * heads * (nope + v) + heads * v * h
+        if arch.index_head_dim:
+            # sparse-MLA indexer, not TP-sharded (deepseek_v2.py Indexer: wq_b ReplicatedLinear
+            # q_lora x heads*dim, wk_weights_proj with disable_tp: hidden x (dim + heads))
+            idx_heads, idx_dim = arch.index_n_heads or 64, arch.index_head_dim
+            replicated += (arch.q_lora_rank or h) * idx_heads * idx_dim
+            replicated += h * (idx_dim + idx_heads) + 2 * idx_dim
         return split / tp, float(replicated)
-    hd = arch.head_dim
-    q = h * arch.num_attention_heads * hd
-    kv_heads_rank = max(1, arch.num_key_value_heads // tp)
+    kv_heads, hd = arch.attention_dims(layer)
+    q = h * arch.num_attention_heads * hd * (2 if arch.attn_output_gate else 1)
+    kv_heads_rank = max(1, kv_heads // tp)
     kv = 2 * h * kv_heads_rank * hd  # replicated when tp > kv heads
+    if arch.num_kv_shared_layers and arch.is_kv_shared(layer):
+        kv = 0  # a KV-shared layer has q_proj and o_proj only (gemma4.py)
     o = arch.num_attention_heads * hd * h
     bias = (
         (arch.num_attention_heads * hd) / tp + 2 * kv_heads_rank * hd if arch.attention_bias else 0
@@ -232,13 +287,72 @@ def _attention_params(arch: Architecture, tp: int) -> tuple[float, float]:
     return (q + o) / tp + kv + bias, 0.0
 
 
+def is_full_attention_layer(arch: Architecture, layer: int) -> bool:
+    """Whether layer `layer` of a hybrid holds per-token KV. The full-attention layers are
+    spread evenly (every 4th layer of Qwen3-Next / Qwen3.5: (i + 1) % 4 == 0); only the split
+    across pipeline stages depends on where they sit."""
+    if not arch.is_hybrid or arch.parallel_hybrid:
+        return True
+    if arch.layer_pattern:
+        return arch.layer_pattern[layer : layer + 1] == "*"
+    full, layers = arch.full_attention_layers, arch.num_hidden_layers
+    return (layer + 1) * full // layers > layer * full // layers
+
+
+def _linear_layer_params(arch: Architecture, tp: int) -> float:
+    """Parameters per rank of one fixed-state layer (all projections column/row sharded).
+
+    Gated DeltaNet (vLLM qwen3_next.py Qwen3NextGatedDeltaNet): in_proj_qkvz + in_proj_ba
+    (hidden x (2 key + 2 value widths + 2 value heads)), conv1d over q, k and v, A_log and
+    dt_bias per value head, out_proj. Mamba2 (mamba_mixer2.py): in_proj hidden x (2 I + 2 G N
+    + H), conv1d over x, B, C, dt_bias / A / D per head, gated norm, out_proj. Mamba1
+    (mamba_mixer.py): in_proj hidden x 2 I, conv1d, x_proj I x (dt_rank + 2 N), dt_proj,
+    A (I x N), D, out_proj.
+    """
+    h = arch.hidden_size
+    k = arch.linear_conv_kernel_dim or 4
+    if arch.linear_kind is LinearKind.GATED_DELTA_NET:
+        nk, nv = arch.linear_num_key_heads or 16, arch.linear_num_value_heads or 32
+        kd = nk * (arch.linear_key_head_dim or 128)
+        vd = nv * (arch.linear_value_head_dim or 128)
+        conv_dim = 2 * kd + vd
+        total = h * (2 * kd + 2 * vd + 2 * nv) + conv_dim * k + vd * h + 2 * nv
+        return total / tp + (arch.linear_value_head_dim or 128)
+    inter = arch.mamba_intermediate_size or 2 * h
+    state = arch.mamba_d_state or 128
+    if arch.linear_kind is LinearKind.MAMBA2:
+        groups, heads = arch.mamba_n_groups or 1, arch.mamba_num_heads or 128
+        conv_dim = inter + 2 * groups * state
+        total = h * (2 * inter + 2 * groups * state + heads) + conv_dim * (k + 1) + 3 * heads
+        return (total + inter + inter * h) / tp
+    dt_rank = -(-h // 16)
+    total = (
+        h * 2 * inter
+        + inter * (k + 1)
+        + inter * (dt_rank + 2 * state)
+        + dt_rank * inter
+        + inter
+        + inter * state
+        + inter
+        + inter * h
+    )
+    return total / tp
+
+
 def _mlp_params(arch: Architecture, layer: int, tp: int) -> tuple[float, float, float]:
     """(routed-expert params, other MLP params, replicated) per rank for layer `layer`."""
     h = arch.hidden_size
     factor = 3 if arch.gated_mlp else 2
     if not arch.is_moe or layer < arch.first_k_dense_replace:
-        bias = 0 if arch.gated_mlp else arch.intermediate_size / tp + h
-        return 0.0, factor * h * arch.intermediate_size / tp + bias, 0.0
+        inter = arch.intermediate_size
+        if arch.use_double_wide_mlp and arch.num_kv_shared_layers and arch.is_kv_shared(layer):
+            inter *= 2  # gemma4.py: intermediate_size doubles for KV-shared layers
+        bias = 0 if arch.gated_mlp else inter / tp + h
+        other = factor * h * inter / tp + bias
+        if arch.hidden_size_per_layer_input:
+            # per-layer input gate and projection (hidden x PLE each, replicated) + norm
+            other += 2 * h * arch.hidden_size_per_layer_input + h
+        return 0.0, other, 0.0
     experts = arch.num_experts or 1
     moe_inter = arch.moe_intermediate_size or arch.intermediate_size
     routed = experts * factor * h * moe_inter / tp
@@ -291,6 +405,75 @@ def mxfp4_padded_dims(
     return _round_up(hidden, 256), _round_up(inter, 128)
 
 
+def decoder_layer_bytes(
+    arch: Architecture,
+    layer: int,
+    *,
+    tp: int,
+    dtype: str,
+    quant: Quantization | None,
+    compute_capability: tuple[int, int] | None = None,
+    version: VllmVersion | None = None,
+    optional_kernels: bool = True,
+) -> float:
+    """Weight bytes of decoder layer `layer` on one TP rank."""
+    unq = dtype_bytes(dtype)
+    mxfp4 = quant is not None and quant.method is QuantMethod.MXFP4 and arch.is_moe
+    q_bytes = quant.bytes_per_param() if quant else unq
+    dense_q_bytes = quant.dense_bytes_per_param() if quant else unq
+    total = 0.0
+    attn_split, attn_rep = _attention_params(arch, tp, layer)
+    if arch.parallel_hybrid:
+        attn_split += _linear_layer_params(arch, tp)  # Falcon-H1: both mixers in every layer
+    elif not is_full_attention_layer(arch, layer):
+        attn_split, attn_rep = _linear_layer_params(arch, tp), 0.0
+    routed, other_mlp, mlp_rep = _mlp_params(arch, layer, tp)
+    if arch.layer_pattern:
+        # Nemotron-H: one mixer per layer: M Mamba2, * attention, - MLP, E MoE
+        kind = arch.layer_pattern[layer : layer + 1]
+        if kind in ("-", "E"):
+            attn_split = attn_rep = 0.0
+        else:
+            routed = other_mlp = mlp_rep = 0.0
+        if kind == "-":
+            routed, mlp_rep = 0.0, 0.0
+            other_mlp = (
+                (3 if arch.gated_mlp else 2) * arch.hidden_size * arch.intermediate_size / tp
+            )
+    attn_b = mlp_b = routed_b = float(unq)
+    if quant is not None:
+        mlp_quantised = not (
+            quant.mlp_only
+            and (
+                layer < quant.unquantized_mlp_layers // 2
+                or layer >= arch.num_hidden_layers - quant.unquantized_mlp_layers // 2
+            )
+        )
+        routed_b = q_bytes if mlp_quantised else unq
+        if not quant.experts_only:
+            mlp_b = dense_q_bytes if mlp_quantised else unq
+            attn_b = unq if quant.mlp_only else dense_q_bytes
+        moe_layer = arch.is_moe and layer >= arch.first_k_dense_replace
+        if quant.shared_expert_bits is not None and moe_layer:
+            mlp_b = quant.shared_expert_bits / 8.0  # other_mlp of a MoE layer: shared experts
+    if mxfp4 and routed:
+        # expert tensors at the padded shape, plus bf16 biases w13 [E, 2I] and w2 [E, H]
+        # (mxfp4.py create_weights registers w13_bias / w2_bias in torch.bfloat16)
+        hid, inter = mxfp4_padded_dims(
+            arch,
+            tp=tp,
+            compute_capability=compute_capability,
+            version=version,
+            optional_kernels=optional_kernels,
+        )
+        experts = arch.num_experts or 1
+        routed = 0.0
+        total += experts * 3 * hid * inter * q_bytes + experts * (2 * inter + hid) * 2
+    total += attn_split * attn_b + attn_rep * attn_b + routed * routed_b + other_mlp * mlp_b
+    total += (mlp_rep + 2 * arch.hidden_size) * unq  # router, two RMSNorms
+    return total
+
+
 def weights_bytes(
     arch: Architecture,
     *,
@@ -305,50 +488,108 @@ def weights_bytes(
 ) -> float:
     """Weight bytes on one rank of PP stage `stage` (embeddings first stage, lm_head last)."""
     unq = dtype_bytes(dtype)
-    mxfp4 = quant is not None and quant.method is QuantMethod.MXFP4 and arch.is_moe
     layers = _layers_per_stage(arch.num_hidden_layers, pp)
     first = sum(layers[:stage])
-    q_bytes = quant.bytes_per_param() if quant else unq
     total = 0.0
     for layer in range(first, first + layers[stage]):
-        attn_split, attn_rep = _attention_params(arch, tp)
-        routed, other_mlp, mlp_rep = _mlp_params(arch, layer, tp)
-        attn_b = mlp_b = routed_b = float(unq)
-        if quant is not None:
-            mlp_quantised = not (
-                quant.mlp_only
-                and (
-                    layer < quant.unquantized_mlp_layers // 2
-                    or layer >= arch.num_hidden_layers - quant.unquantized_mlp_layers // 2
-                )
-            )
-            routed_b = q_bytes if mlp_quantised else unq
-            if not quant.experts_only:
-                mlp_b = q_bytes if mlp_quantised else unq
-                attn_b = unq if quant.mlp_only else q_bytes
-        if mxfp4 and routed:
-            # expert tensors at the padded shape, plus bf16 biases w13 [E, 2I] and w2 [E, H]
-            # (mxfp4.py create_weights registers w13_bias / w2_bias in torch.bfloat16)
-            hid, inter = mxfp4_padded_dims(
-                arch,
-                tp=tp,
-                compute_capability=compute_capability,
-                version=version,
-                optional_kernels=optional_kernels,
-            )
-            experts = arch.num_experts or 1
-            routed = 0.0
-            total += experts * 3 * hid * inter * q_bytes + experts * (2 * inter + hid) * 2
-        total += attn_split * attn_b + attn_rep * attn_b + routed * routed_b + other_mlp * mlp_b
-        total += (mlp_rep + 2 * arch.hidden_size) * unq  # router, two RMSNorms
+        total += decoder_layer_bytes(
+            arch,
+            layer,
+            tp=tp,
+            dtype=dtype,
+            quant=quant,
+            compute_capability=compute_capability,
+            version=version,
+            optional_kernels=optional_kernels,
+        )
     embed = arch.vocab_size * arch.hidden_size / tp * unq
     if stage == 0:
         total += embed + arch.vision_params * unq
+        if arch.hidden_size_per_layer_input:
+            # per-layer embeddings: a vocab x (layers x PLE) table, vocab-parallel, plus the
+            # model projection hidden x (layers x PLE) (gemma4.py embed_tokens_per_layer,
+            # per_layer_model_projection): 2.3 B of Gemma-4-E2B's parameters
+            ple = arch.num_hidden_layers * arch.hidden_size_per_layer_input
+            vocab_pl = arch.vocab_size_per_layer_input or arch.vocab_size
+            total += (vocab_pl * ple / tp + arch.hidden_size * ple) * unq
     if stage == pp - 1:
         total += arch.hidden_size * unq  # final norm
         if not arch.tie_word_embeddings or pp > 1:
-            total += embed
+            head_b = quant.lm_head_bits / 8.0 if quant and quant.lm_head_bits else unq
+            total += embed / unq * head_b
     return total
+
+
+# ------------------------------------------------------------- speculative decoding and LoRA
+
+NO_DRAFT_WEIGHTS = ("ngram", "ngram_gpu", "suffix")
+
+
+def draft_layers(arch: Architecture, args: ResolvedArgs) -> tuple[int, Architecture | None, str]:
+    """(draft decoder layers, the architecture they have, note) for the speculative method.
+
+    MTP ('mtp', 'deepseek_mtp', 'qwen3_next_mtp', ...) loads the checkpoint's own prediction
+    layers: num_nextn_predict_layers / mtp_num_hidden_layers of the target's shape (deepseek_mtp.py
+    DeepSeekMultiTokenPredictorLayer: a decoder layer + eh_proj 2h x h, embeddings and head
+    shared). EAGLE heads are one dense decoder layer of the target's width (llama_eagle.py; fc
+    2h x h, EAGLE-3 3h x h); their own config is not read, so that is an estimate. ngram and
+    suffix decoding hold no weights. Each draft layer has attention, so it adds KV per token.
+    """
+    method = (args.speculative_method or "").lower()
+    if not method or not args.num_speculative_tokens or method in NO_DRAFT_WEIGHTS:
+        return 0, None, ""
+    if "mtp" in method:
+        return max(1, arch.num_mtp_layers), arch, ""
+    if method.startswith("eagle"):
+        dense = arch.model_copy(
+            update={
+                "num_experts": None,
+                "linear_layers": 0,
+                "linear_kind": None,
+                "first_k_dense_replace": 0,
+                "num_kv_shared_layers": 0,
+                "hidden_size_per_layer_input": 0,
+            }
+        )
+        return 1, dense, "EAGLE draft sized as one dense decoder layer of the target's width"
+    return 0, None, f"the draft model of speculative method {method!r} is not in the estimate"
+
+
+def draft_weights_bytes(
+    arch: Architecture, args: ResolvedArgs, quant: Quantization | None
+) -> tuple[float, str]:
+    """Weight bytes per rank of the speculative draft (see draft_layers)."""
+    count, shape, note = draft_layers(arch, args)
+    if shape is None:
+        return 0.0, note
+    unq = dtype_bytes(args.dtype)
+    tp = args.tensor_parallel_size
+    h = arch.hidden_size
+    if shape is arch:  # MTP: the target's last layer shape, at the checkpoint's format
+        layer = decoder_layer_bytes(
+            arch, arch.num_hidden_layers - 1, tp=tp, dtype=args.dtype, quant=quant
+        )
+        return count * (layer + (2 * h * h / tp + 3 * h) * unq), note
+    fc = (3 if (args.speculative_method or "").lower() == "eagle3" else 2) * h * h
+    layer = decoder_layer_bytes(shape, 0, tp=tp, dtype=args.dtype, quant=None)
+    return count * layer + fc * unq, note
+
+
+def lora_bytes(arch: Architecture, args: ResolvedArgs, layers: int) -> float:
+    """LoRA slot buffers per rank: every packed linear of every layer gets lora_a [max_loras,
+    rank, in] and lora_b [max_loras, out, rank] in the model dtype (vLLM lora/layers
+    column_parallel_linear.py / base_linear.py create_lora_weights): column-parallel layers
+    (qkv, gate_up) shard lora_b, row-parallel ones (o, down) lora_a. Dense MLPs only: MoE expert
+    LoRA is not counted."""
+    if not args.max_loras:
+        return 0.0
+    tp, h, r = args.tensor_parallel_size, arch.hidden_size, args.max_lora_rank
+    q_out = arch.num_attention_heads * arch.head_dim
+    kv_out = 2 * arch.num_key_value_heads * arch.head_dim
+    attn = 3 * r * h + (q_out + kv_out) / tp * r + r * q_out / tp + h * r
+    mlp = 0.0 if arch.is_moe else 2 * r * h + 2 * arch.intermediate_size / tp * r
+    mlp += 0.0 if arch.is_moe else r * arch.intermediate_size / tp + h * r
+    return layers * (attn + mlp) * args.max_loras * dtype_bytes(args.dtype)
 
 
 # ------------------------------------------------------------------------------------- KV cache
@@ -356,12 +597,152 @@ def weights_bytes(
 
 def kv_bytes_per_token(arch: Architecture, *, tp: int, layers: int, kv_dtype_bytes: int) -> int:
     """DM §2: GQA replicates KV heads when TP exceeds them; MLA caches one latent per token,
-    not divided by TP."""
+    not divided by TP. Of a hybrid's `layers`, only the full-attention share holds KV."""
+    if arch.is_hybrid:
+        layers = round(layers * arch.full_attention_layers / arch.num_hidden_layers)
     if arch.is_mla:
-        width = (arch.kv_lora_rank or 512) + (arch.qk_rope_head_dim or 64)
-        return layers * width * kv_dtype_bytes
+        lora, rope = arch.kv_lora_rank or 512, arch.qk_rope_head_dim or 64
+        width = (lora + rope) * kv_dtype_bytes
+        if arch.index_head_dim:
+            if kv_dtype_bytes == 1:
+                # fp8_ds_mla ('fp8' is its alias on the sparse backend): fp8 latent, one fp32
+                # scale per 128 of it, bf16 RoPE part = 656 B for DeepSeek-V3.2
+                # (v1/attention/backends/mla/flashmla_sparse.py, 'the 656B layout').
+                width = lora + lora // 128 * 4 + rope * 2
+            # the indexer's K cache: head_dim fp8 values + one fp32 scale per 128
+            # (deepseek_v2.py Indexer: DeepseekV32IndexerCache(head_dim + head_dim //
+            # quant_block_size * 4, uint8)), one more per-token cache in every layer.
+            width += arch.index_head_dim + arch.index_head_dim // 128 * 4
+        return layers * width
+    if arch.num_kv_shared_layers or arch.global_head_dim:
+        # Gemma-3n / Gemma-4: layers reusing an earlier layer's KV hold none (gemma4.py
+        # Gemma4Attention: kv_sharing_target_layer_name), full-attention layers hold the wider
+        # global head. A PP stage's share is taken in proportion.
+        total = sum(
+            2 * max(1, kvh // tp) * hd * kv_dtype_bytes
+            for i in range(arch.num_hidden_layers)
+            if not arch.is_kv_shared(i)
+            for kvh, hd in [arch.attention_dims(i)]
+        )
+        return total * layers // arch.num_hidden_layers
     heads = max(1, arch.num_key_value_heads // tp)
     return 2 * layers * heads * arch.head_dim * kv_dtype_bytes
+
+
+# ------------------------------------------------------------------------ hybrid state pages
+
+# Smallest kernel block of the attention backends a hybrid runs with on CUDA (FlashAttention,
+# FlashInfer, Triton: get_supported_kernel_block_sizes() -> MultipleOf(16) / [16, 32, 64]);
+# vLLM 0.11.0 hard-codes the same 16 (HybridAttentionMambaModelConfig).
+HYBRID_KERNEL_BLOCK = 16
+# FlashInfer's GDN prefill exports state checkpoints every 64 tokens
+# (v1/attention/backends/gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT). In align mode the
+# block is a multiple of it and each state group keeps one checkpoint block per sequence
+# (qwen_gdn_linear_attn.py get_kv_cache_spec: num_prefill_checkpoint_blocks=1). Present in the
+# 0.33.0 source; vLLM 0.24 on an RTX 5090 still aligned to 16 with 2 blocks (row 54), so the
+# checkpoint is modelled from 0.33 on.
+GDN_CHECKPOINT_ALIGNMENT = 64
+GDN_CHECKPOINT_FROM = "0.33.0"
+# Prefix caching is on by default for hybrids (ModelConfig.is_prefix_caching_supported: 'hybrid'
+# -> True, 0.33.0), which puts the state in 'align' mode: two state blocks per sequence
+# (MambaSpec.max_memory_usage_bytes). vLLM 0.11.0 turned prefix caching off for hybrids
+# (MambaModelConfig: 'disabling prefix caching'): one block. Mamba prefix caching arrived after
+# 0.11 (vllm#25752); the switch is placed at 0.12, which errs low on tokens if it came later.
+HYBRID_PREFIX_CACHING_FROM = "0.12.0"
+
+
+def state_page_bytes(arch: Architecture, *, tp: int, model_dtype: str, spec_tokens: int = 0) -> int:
+    """Bytes of one sequence's state in one fixed-state layer (vLLM MambaSpec.page_size_bytes
+    before padding): conv state + recurrent state, shapes from mamba_utils.py
+    MambaStateShapeCalculator (gated_delta_net_state_shape, mamba2_state_shape,
+    mamba1_state_shape) divided by TP. The conv state is in the model dtype (mamba_cache_dtype
+    'auto'); the recurrent state in mamba_ssm_dtype when the config names one (Qwen3.5 / 3.6:
+    float32, models/config.py Qwen3_5ForConditionalGenerationConfig), else the model dtype.
+    """
+    conv_b = dtype_bytes(model_dtype)
+    ssm_b = dtype_bytes(arch.mamba_ssm_dtype) if arch.mamba_ssm_dtype else conv_b
+    k = arch.linear_conv_kernel_dim or 4
+    if arch.linear_kind is LinearKind.GATED_DELTA_NET:
+        nk, nv = arch.linear_num_key_heads or 16, arch.linear_num_value_heads or 32
+        dk, dv = arch.linear_key_head_dim or 128, arch.linear_value_head_dim or 128
+        conv = (2 * nk * dk + nv * dv) // tp * (k - 1 + spec_tokens)
+        return conv * conv_b + nv // tp * dv * dk * ssm_b
+    inter = arch.mamba_intermediate_size or 2 * arch.hidden_size
+    state = arch.mamba_d_state or 128
+    if arch.linear_kind is LinearKind.MAMBA2:
+        groups = arch.mamba_n_groups or 1
+        if groups % tp:
+            groups += tp - groups  # extra_groups_for_head_shards
+        conv = (inter + 2 * groups * state) // tp * (k - 1 + spec_tokens)
+        heads = arch.mamba_num_heads or 128
+        return conv * conv_b + heads // tp * (arch.mamba_head_dim or 64) * state * ssm_b
+    return inter // tp * (k - 1) * conv_b + inter // tp * state * ssm_b
+
+
+def hybrid_layout(
+    arch: Architecture,
+    *,
+    tp: int,
+    layers: int,
+    kv_dtype_bytes: int,
+    model_dtype: str,
+    block_size: int,
+    version: VllmVersion,
+    compute_capability: tuple[int, int] | None,
+    draft_attention_layers: int = 0,
+    spec_tokens: int = 0,
+    prefix_caching: bool = True,
+) -> HybridLayout:
+    """The attention block size and the shared block pool of a hybrid on one rank.
+
+    Block size: Platform._align_hybrid_block_size (vLLM 0.33.0 platforms/interface.py; 0.11.0
+    HybridAttentionMambaModelConfig.verify_and_update_config): the attention block is raised to
+    the smallest multiple of the kernel alignment whose page (block x one token's KV in one
+    layer) holds one state page, and the state page is padded to exactly that size.
+    Pool: kv_cache_planning._get_kv_cache_groups_uniform_page_size: layers of each type are cut
+    into groups of the smaller type's count (the larger count when it is < 1.5x the smaller);
+    one block holds one page of every layer in a group, so bytes per block = group size x page.
+    """
+    full = round(layers * arch.full_attention_layers / arch.num_hidden_layers)
+    linear = round(layers * arch.linear_layers / arch.num_hidden_layers)
+    full += draft_attention_layers  # MTP / EAGLE layers join the attention layers
+    heads = max(1, arch.num_key_value_heads // tp)
+    attn_token = 2 * heads * arch.head_dim * kv_dtype_bytes
+    # speculative tokens widen the conv state and pin one state block each
+    # (MambaSpec num_speculative_blocks; mamba_utils.py num_spec)
+    state = state_page_bytes(arch, tp=tp, model_dtype=model_dtype, spec_tokens=spec_tokens)
+    align_mode = prefix_caching and version.at_least(HYBRID_PREFIX_CACHING_FROM)
+    checkpoint = (
+        align_mode
+        and arch.linear_kind is LinearKind.GATED_DELTA_NET
+        and version.at_least(GDN_CHECKPOINT_FROM)
+        and compute_capability is not None
+        and compute_capability >= (9, 0)
+        and (compute_capability[0] == 9 or (arch.linear_key_head_dim or 128) == 128)
+    )
+    # kernel_block_alignment_size = max(smallest kernel block, cache block_size) (0.33.0)
+    alignment = max(HYBRID_KERNEL_BLOCK, block_size) if align_mode else HYBRID_KERNEL_BLOCK
+    if checkpoint:
+        alignment = math.lcm(alignment, GDN_CHECKPOINT_ALIGNMENT)
+    needed = alignment * -(-state // (alignment * attn_token))
+    block = max(block_size, needed)
+    page = block * attn_token
+    if full == 0 or linear == 0:
+        group = max(full, linear, 1)
+    else:
+        group = min(full, linear)
+        if max(full, linear) < 1.5 * group:
+            group = max(full, linear)
+    return HybridLayout(
+        block_size=block,
+        attention_page_per_token=attn_token,
+        state_page=state,
+        group_size=group,
+        attention_groups=-(-full // group),
+        state_groups=-(-linear // group),
+        state_blocks_per_seq=((2 + (1 if checkpoint else 0)) if align_mode else 1) + spec_tokens,
+        bytes_per_block=group * page,
+    )
 
 
 # ----------------------------------------------------------------------------------- activation
@@ -419,6 +800,15 @@ def non_torch_gib(sem: MemorySemantics, args: ResolvedArgs, sm: tuple[int, int] 
         big = sm is not None and sm >= (9, 0) and version.at_least("0.12.0")
         base += NON_TORCH_TP_GIB_SM90 if big else NON_TORCH_TP_GIB
     return base
+
+
+def sequences_at(est: MemoryEstimate, context_tokens: int) -> float:
+    """Sequences of `context_tokens` the KV cache holds. A hybrid's sequence pins its state
+    pages whatever its length, so it is counted in blocks (vLLM's own concurrency rule, see
+    HybridLayout.blocks_per_request), not as tokens / context."""
+    if est.hybrid_layout is not None:
+        return est.num_gpu_blocks / est.hybrid_layout.blocks_per_request(context_tokens)
+    return est.kv_cache_tokens / context_tokens
 
 
 def post_kv_slack_gib(tp: int) -> float:
@@ -495,9 +885,12 @@ def resolve_quantization(arch: Architecture, requested: str | None) -> Quantizat
         raise PlanningInputError("quantization", str(exc)) from None
     if method is QuantMethod.NONE:
         return arch.quantization
+    modelopt = (requested or "").strip().lower() == "modelopt"
     if arch.quantization is not None:
-        same = arch.quantization.method is method or (
-            {arch.quantization.method, method} <= {QuantMethod.FP8, QuantMethod.FBGEMM_FP8}
+        same = (
+            arch.quantization.method is method
+            or (modelopt and arch.quantization.method in (QuantMethod.FP8, QuantMethod.NVFP4))
+            or ({arch.quantization.method, method} <= {QuantMethod.FP8, QuantMethod.FBGEMM_FP8})
         )
         if not same and method is not QuantMethod.COMPRESSED_TENSORS:
             raise PlanningInputError(
@@ -643,6 +1036,26 @@ def resolve_args(
             f"{args.block_size} is not accepted by vLLM {version.text}; accepted: "
             f"{', '.join(map(str, allowed))}",
         )
+    if arch.is_hybrid:
+        layout = hybrid_layout(
+            arch,
+            tp=tp,
+            layers=arch.num_hidden_layers,
+            kv_dtype_bytes=1 if kv_dtype in KV_DTYPES_FP8 else dtype_bytes(dtype),
+            model_dtype=dtype,
+            block_size=block,
+            version=version,
+            compute_capability=gpu.compute_capability,
+            spec_tokens=args.num_speculative_tokens if args.speculative_method else 0,
+            prefix_caching=args.enable_prefix_caching is not False,
+        )
+        if layout.block_size != block:
+            notes.append(
+                f"hybrid model: vLLM raises the attention block size to {layout.block_size} "
+                f"tokens so that one attention page holds one {layout.state_page:,}-byte state "
+                "page"
+            )
+            block = layout.block_size
     util = args.gpu_memory_utilization or sem.default_gpu_memory_utilization
     resolved = ResolvedArgs(
         tensor_parallel_size=tp,
@@ -659,6 +1072,11 @@ def resolve_args(
         enable_chunked_prefill=chunked,
         vllm_version=version.text,
         optional_kernels=args.optional_kernels,
+        speculative_method=args.speculative_method if args.num_speculative_tokens else None,
+        num_speculative_tokens=args.num_speculative_tokens if args.speculative_method else 0,
+        max_loras=args.max_loras,
+        max_lora_rank=args.max_lora_rank,
+        enable_prefix_caching=args.enable_prefix_caching,
     )
     return resolved, sem, notes
 
@@ -671,7 +1089,8 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
     resolved, sem, notes = resolve_args(args, arch, gpu)
     quant = resolve_quantization(arch, args.quantization)
     tp, pp = resolved.tensor_parallel_size, resolved.pipeline_parallel_size
-    kv_b = 1 if resolved.kv_cache_dtype in KV_DTYPES_FP8 else dtype_bytes(resolved.dtype)
+    fp8_cache = resolved.kv_cache_dtype in KV_DTYPES_FP8 or resolved.kv_cache_dtype == "fp8_ds_mla"
+    kv_b = 1 if fp8_cache else dtype_bytes(resolved.dtype)
     total = gpu.total_gib
     util = resolved.gpu_memory_utilization
     budget = total * util
@@ -690,7 +1109,20 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
     nt = non_torch_gib(sem, resolved, gpu.compute_capability)
     stages = _layers_per_stage(arch.num_hidden_layers, pp)
     best: tuple[int, float, float, float, float, int] | None = None
+    best_layout: HybridLayout | None = None
+    layout: HybridLayout | None = None
+    draft_w, draft_note = draft_weights_bytes(arch, resolved, quant)
+    n_draft, draft_shape, _ = draft_layers(arch, resolved)
+    if draft_note:
+        reasons.append(draft_note)
+    draft_kv = 0
+    if draft_shape is not None:
+        plain = draft_shape.model_copy(
+            update={"linear_layers": 0, "num_kv_shared_layers": 0, "global_head_dim": None}
+        )
+        draft_kv = kv_bytes_per_token(plain, tp=tp, layers=n_draft, kv_dtype_bytes=kv_b)
     for stage, layers in enumerate(stages):
+        last = stage == pp - 1
         w = (
             weights_bytes(
                 arch,
@@ -705,16 +1137,44 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
             )
             / GIB
         )
+        # the draft sits with the last stage; LoRA slots on every layer
+        w += (lora_bytes(arch, resolved, layers) + (draft_w if last else 0.0)) / GIB
         act = activation_bytes(arch, sem=sem, args=resolved, last_stage=stage == pp - 1) / GIB
         cg = cuda_graph_gib(arch, resolved, layers)
         kv = budget - w - act - nt - (cg if sem.subtracts_cuda_graphs else 0.0)
         per_token = kv_bytes_per_token(arch, tp=tp, layers=layers, kv_dtype_bytes=kv_b)
-        blocks = max(0, math.floor(kv * GIB / (resolved.block_size * per_token)))
+        per_token += draft_kv if last else 0
+        if arch.is_hybrid:
+            layout = hybrid_layout(
+                arch,
+                tp=tp,
+                layers=layers,
+                kv_dtype_bytes=kv_b,
+                model_dtype=resolved.dtype,
+                block_size=resolved.block_size,
+                version=VllmVersion.parse(resolved.vllm_version),
+                compute_capability=gpu.compute_capability,
+                draft_attention_layers=n_draft if last else 0,
+                spec_tokens=resolved.num_speculative_tokens,
+                prefix_caching=resolved.enable_prefix_caching is not False,
+            )
+            blocks = max(0, math.floor(kv * GIB / layout.bytes_per_block))
+        else:
+            blocks = max(0, math.floor(kv * GIB / (resolved.block_size * per_token)))
         if best is None or blocks < best[5]:
             best = (per_token, w, act, cg, kv, blocks)
+            best_layout = layout
     assert best is not None
     per_token, w, act, cg, kv, blocks = best
     tokens = blocks * resolved.block_size
+    concurrency = tokens / resolved.max_model_len
+    if arch.is_hybrid:
+        # vLLM reports int(concurrency x max_model_len), concurrency = blocks / blocks per
+        # request over all groups (kv_cache_utils.get_kv_cache_capacity): the state pages a
+        # sequence pins count against the same pool as its attention pages.
+        assert best_layout is not None
+        concurrency = blocks / best_layout.blocks_per_request(resolved.max_model_len)
+        tokens = int(concurrency * resolved.max_model_len)
     if (
         pp > 1
         and sem.engine is Engine.V0
@@ -771,8 +1231,9 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         kv_bytes_per_token=per_token,
         kv_cache_tokens=tokens,
         num_gpu_blocks=blocks,
-        max_concurrency=round(tokens / resolved.max_model_len, 2),
+        max_concurrency=round(concurrency, 2),
         fits=fits,
         reasons=reasons,
         startup_warnings=startup,
+        hybrid_layout=best_layout,
     )

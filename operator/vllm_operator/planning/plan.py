@@ -8,8 +8,9 @@ Infeasible with the reasons and concrete alternatives; it never cuts the request
 """
 
 import math
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from vllm_operator.api.engine_args import PlannedArgs
 from vllm_operator.api.spec import LatencyProfile, PrefixCaching, VLLMServiceSpec
@@ -24,7 +25,7 @@ from vllm_operator.planning.alternatives import (
 from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.fidelity import kv_error_margin
 from vllm_operator.planning.gpu import gpu_memory
-from vllm_operator.planning.intent import PlanIntent
+from vllm_operator.planning.intent import ObservedKv, PlanIntent
 from vllm_operator.planning.memory import (
     EngineArgs,
     GpuMemory,
@@ -33,6 +34,7 @@ from vllm_operator.planning.memory import (
     estimate_memory,
     post_kv_slack_gib,
     resolve_args,
+    sequences_at,
 )
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION, Engine, VllmVersion
 
@@ -57,6 +59,8 @@ class MemoryBreakdown(BaseModel):
     cuda_graph_subtracted: bool
     kv_cache_gib: float
     kv_cache_tokens: int
+    # Set when kv_cache_tokens was measured (status only: the CLI plans without observations).
+    predicted_kv_cache_tokens: int | None = Field(default=None, exclude=True)
     num_gpu_blocks: int
     concurrency_at_p99: float
     budget_source: str
@@ -92,6 +96,7 @@ class PoolPlan(BaseModel):
                 cuda_graph_gib=round(m.cuda_graph_gib, 2),
                 kv_cache_gib=round(m.kv_cache_gib, 2),
                 kv_cache_tokens=m.kv_cache_tokens,
+                predicted_kv_cache_tokens=m.predicted_kv_cache_tokens,
                 concurrency_at_p99=round(m.concurrency_at_p99, 2),
                 budget_source=m.budget_source,
             ),
@@ -182,8 +187,21 @@ def _estimate(
             quantization=intent.quantization,
             kv_cache_dtype=kv_dtype,
             vllm_version=intent.vllm_version,
+            **_adapter_args(intent),
         ),
     )
+
+
+def _adapter_args(intent: PlanIntent) -> dict[str, Any]:
+    """Speculative decoding and LoRA from the spec's extraArgs, as EngineArgs fields."""
+    a = intent.adapters
+    return {
+        "speculative_method": a.speculative_method,
+        "num_speculative_tokens": a.num_speculative_tokens,
+        "max_loras": a.max_loras,
+        "max_lora_rank": a.max_lora_rank,
+        "enable_prefix_caching": False if intent.prefix_caching is PrefixCaching.DISABLED else None,
+    }
 
 
 def _batched_tokens(
@@ -203,8 +221,67 @@ def _batched_tokens(
 def _fits(est: MemoryEstimate, intent: PlanIntent, margin: float = 0.0) -> bool:
     """vLLM starts and the KV cache holds the target, after taking `margin` (the model's own
     measured error, planning/fidelity.py) off the predicted tokens."""
-    usable = est.kv_cache_tokens * (1.0 - margin)
-    return est.fits and usable / intent.p99_context_tokens >= intent.concurrency
+    usable = sequences_at(est, intent.p99_context_tokens) * (1.0 - margin)
+    return est.fits and usable >= intent.concurrency
+
+
+def _observed(
+    est: MemoryEstimate, intent: PlanIntent, *, any_batch: bool = False
+) -> ObservedKv | None:
+    """The observation measured for this candidate's configuration, if any (exact memory-relevant
+    arguments; at most the observed run's sequences and prefill chunk, unless `any_batch`)."""
+    a = est.args
+    for obs in intent.observations:
+        if (
+            _same_version(obs.vllm_version, intent.vllm_version)
+            and obs.tensor_parallel_size == a.tensor_parallel_size
+            and obs.max_model_len == a.max_model_len
+            and math.isclose(obs.gpu_memory_utilization, a.gpu_memory_utilization, abs_tol=1e-9)
+            and obs.block_size in (None, a.block_size)
+            and obs.kv_cache_dtype == a.kv_cache_dtype
+            and obs.dtype == a.dtype
+            and obs.quantization == intent.quantization
+            and not obs.enforce_eager  # the planner never plans eager mode
+            and a.max_num_seqs <= obs.max_num_seqs
+            and (
+                any_batch
+                or obs.max_num_batched_tokens is None
+                or a.max_num_batched_tokens <= obs.max_num_batched_tokens
+            )
+        ):
+            return obs
+    return None
+
+
+def _same_version(a: str, b: str) -> bool:
+    try:
+        return VllmVersion.parse(a).key() == VllmVersion.parse(b).key()
+    except ValueError:
+        return a.strip() == b.strip()
+
+
+def _with_observation(est: MemoryEstimate, obs: ObservedKv) -> MemoryEstimate:
+    """The estimate with the engine's measured KV capacity in place of the model's.
+
+    The engine started with these arguments and reported its capacity, so the configuration fits.
+    """
+    tokens = obs.kv_cache_tokens
+    ratio = tokens / est.kv_cache_tokens if est.kv_cache_tokens > 0 else 1.0
+    return est.model_copy(
+        update={
+            "kv_cache_tokens": tokens,
+            "num_gpu_blocks": tokens // est.args.block_size,
+            "kv_cache_gib": est.kv_cache_gib * ratio if ratio != 1.0 else est.kv_cache_gib,
+            "max_concurrency": tokens / est.args.max_model_len,
+            "fits": True,
+        }
+    )
+
+
+def observation_used(est: MemoryEstimate, intent: PlanIntent) -> ObservedKv | None:
+    """The observation whose capacity `est` carries (None: the memory model's prediction)."""
+    obs = _observed(est, intent)
+    return obs if obs is not None and obs.kv_cache_tokens == est.kv_cache_tokens else None
 
 
 def _search(
@@ -219,10 +296,44 @@ def _search(
     tp_limit: int,
     margin: float = 0.0,
     only_tp: int | None = None,
-) -> tuple[MemoryEstimate | None, list[str], MemoryEstimate | None]:
-    """Smallest TP (and, if needed, a smaller prefill chunk) that fits; notes per TP tried."""
+) -> tuple[MemoryEstimate | None, list[str], MemoryEstimate | None, MemoryEstimate | None]:
+    """Smallest TP (and, if needed, a smaller prefill chunk) that fits; notes per TP tried.
+
+    A TP whose configuration an engine measured (`intent.observations`) is judged by the measured
+    KV capacity, not the model's; the fourth value is the first such estimate that does not hold
+    the target (the planner then lowers max_num_seqs there if no TP fits).
+    """
     notes: list[str] = []
     last: MemoryEstimate | None = None
+    short: MemoryEstimate | None = None
+
+    def at(
+        tp: int, batched: int | None, clamp: bool = True
+    ) -> tuple[MemoryEstimate, ObservedKv | None]:
+        est = _estimate(
+            arch,
+            gpu,
+            intent,
+            tp=tp,
+            util=util,
+            max_len=max_len,
+            seqs=intent.concurrency,
+            batched=batched,
+            kv_dtype=kv_dtype,
+            dtype=dtype,
+        )
+        loose = _observed(est, intent, any_batch=True) if intent.observations else None
+        if (
+            clamp
+            and loose is not None
+            and loose.max_num_batched_tokens is not None
+            and est.args.max_num_batched_tokens > loose.max_num_batched_tokens >= intent.concurrency
+        ):
+            # The observed run used a smaller prefill chunk: keep it, so its capacity holds.
+            return at(tp, loose.max_num_batched_tokens, clamp=False)
+        obs = _observed(est, intent) if loose is not None else None
+        return (_with_observation(est, obs), obs) if obs is not None else (est, None)
+
     for tp in _tp_candidates(arch, tp_limit):
         if only_tp is not None and tp != only_tp:
             continue
@@ -241,37 +352,17 @@ def _search(
         batched = _batched_tokens(
             intent, probe.engine, probe.args.enable_chunked_prefill, max_len, intent.concurrency
         )
-        est = _estimate(
-            arch,
-            gpu,
-            intent,
-            tp=tp,
-            util=util,
-            max_len=max_len,
-            seqs=intent.concurrency,
-            batched=batched,
-            kv_dtype=kv_dtype,
-            dtype=dtype,
-        )
+        est, obs = at(tp, batched)
         while (
-            not _fits(est, intent, margin)
+            obs is None
+            and not _fits(est, intent, margin)
             and batched is not None
             and batched // 2 >= max(MIN_BATCHED_TOKENS, intent.concurrency)
         ):
             batched //= 2  # a smaller prefill chunk shrinks the activation peak
-            est = _estimate(
-                arch,
-                gpu,
-                intent,
-                tp=tp,
-                util=util,
-                max_len=max_len,
-                seqs=intent.concurrency,
-                batched=batched,
-                kv_dtype=kv_dtype,
-                dtype=dtype,
-            )
-        conc = est.kv_cache_tokens / intent.p99_context_tokens
+            est, obs = at(tp, batched)
+        conc = sequences_at(est, intent.p99_context_tokens)
+        measured = " (measured by the engine)" if obs is not None else ""
         if est.kv_cache_gib <= 0:
             notes.append(
                 f"TP={tp}: weights ({est.weights_gib:.2f} GiB per GPU) leave no room "
@@ -280,12 +371,14 @@ def _search(
         else:
             notes.append(
                 f"TP={tp} fits {conc:.1f} sequences of {intent.p99_context_tokens} "
-                f"tokens (target {intent.concurrency})"
+                f"tokens{measured} (target {intent.concurrency})"
             )
         last = est
-        if _fits(est, intent, margin):
-            return est, notes, last
-    return None, notes, last
+        if _fits(est, intent, 0.0 if obs is not None else margin):
+            return est, notes, last, short
+        if obs is not None and short is None:
+            short = est
+    return None, notes, last, short
 
 
 def plan_pool(
@@ -310,6 +403,7 @@ def plan_pool(
                 quantization=intent.quantization,
                 vllm_version=version,
                 max_model_len=None,
+                **_adapter_args(intent),
             ),
             arch.model_copy(update={"max_position_embeddings": None}),
             gpu,
@@ -348,7 +442,7 @@ def plan_pool(
             f"lowered to {util} to leave {post_kv_slack_gib(1):.2f} GiB outside the budget for "
             f"what vLLM {version} allocates after the KV cache (graph capture, sampler warm-up)"
         )
-    est, tp_notes, last = _search(
+    est, tp_notes, last, short = _search(
         arch,
         gpu,
         intent,
@@ -361,9 +455,16 @@ def plan_pool(
     margin, margin_why = kv_error_margin(version, arch)
     fidelity: list[str] = []
     within_error = False
-    if est is not None and margin > 0:
+    lowered_by_observation = False
+    if est is None and short is not None:
+        # What the engine measured holds fewer sequences than the target and no TP fits: serve
+        # what it holds (never promise more), and say how to reach the target.
+        est = _lower_seqs(arch, gpu, intent, short)
+        lowered_by_observation = True
+    observed = observation_used(est, intent) if est is not None else None
+    if est is not None and margin > 0 and observed is None:
         # The margin may cost a smaller prefill chunk at the same TP, never more GPUs.
-        safe, _, _ = _search(
+        safe, *_ = _search(
             arch,
             gpu,
             intent,
@@ -405,8 +506,35 @@ def plan_pool(
             last=last,
             other_gpus=other_gpus,
         )
-    conc = est.kv_cache_tokens / intent.p99_context_tokens
+    conc = sequences_at(est, intent.p99_context_tokens)
     promised = conc * (1.0 - margin) if within_error else conc
+    predicted: int | None = None
+    if observed is not None:
+        predicted = _estimate(
+            arch,
+            gpu,
+            intent,
+            tp=est.args.tensor_parallel_size,
+            util=est.args.gpu_memory_utilization,
+            max_len=est.args.max_model_len,
+            seqs=est.args.max_num_seqs,
+            batched=est.args.max_num_batched_tokens,
+            kv_dtype=est.args.kv_cache_dtype,
+            dtype=est.args.dtype,
+        ).kv_cache_tokens
+    seqs_reason = (
+        f"max_num_seqs = concurrency target {intent.concurrency}; {conc:.1f} sequences of "
+        f"{intent.p99_context_tokens} tokens fit"
+    )
+    if lowered_by_observation:
+        scale = math.ceil(intent.concurrency / est.args.max_num_seqs)
+        seqs_reason = (
+            f"max_num_seqs lowered to {est.args.max_num_seqs}, below the concurrency target "
+            f"{intent.concurrency}: the measured KV cache holds only {conc:.1f} sequences of "
+            f"{intent.p99_context_tokens} tokens and no tensor parallel size up to "
+            f"{intent.max_gpus_per_replica} holds the target; about {scale}x the replicas "
+            "(spec.replicas or remediation.maxReplicas) serve it"
+        )
     if intent.prefix_caching is PrefixCaching.AUTO:
         prefix = est.engine is Engine.V1  # DM §3: on by default whenever V1 runs (0.8+)
         prefix_reason = (
@@ -421,11 +549,16 @@ def plan_pool(
     reasons = [
         *notes,
         *(tp_notes if len(tp_notes) > 1 else []),
-        f"tensor_parallel_size = {args.tensor_parallel_size}: the smallest that holds the target",
+        f"tensor_parallel_size = {args.tensor_parallel_size}: "
+        + (
+            "the size the engine's capacity was measured at"
+            if lowered_by_observation
+            else "the smallest that holds the target"
+        ),
         *util_reasons,
         len_reason,
-        f"max_num_seqs = concurrency target {intent.concurrency}; {conc:.1f} sequences of "
-        f"{intent.p99_context_tokens} tokens fit",
+        *([_observation_reason(observed, predicted)] if observed is not None else []),
+        seqs_reason,
         f"max_num_batched_tokens = {args.max_num_batched_tokens} ({intent.latency_profile.value}"
         + (
             ", halved to fit memory"
@@ -473,12 +606,49 @@ def plan_pool(
             cuda_graph_subtracted=est.cuda_graph_subtracted,
             kv_cache_gib=est.kv_cache_gib,
             kv_cache_tokens=est.kv_cache_tokens,
+            predicted_kv_cache_tokens=predicted,
             num_gpu_blocks=est.num_gpu_blocks,
             concurrency_at_p99=round(promised, 2),
             budget_source="probe" if measured_free_mib is not None else "catalog",
         ),
         reasons=reasons,
     )
+
+
+def _lower_seqs(
+    arch: Architecture, gpu: GpuMemory, intent: PlanIntent, short: MemoryEstimate
+) -> MemoryEstimate:
+    """`short` (an observed configuration below the target) with max_num_seqs cut to the
+    sequences of P99 context its measured KV cache holds; fewer sequences keep the observation
+    valid (they never leave vLLM less KV), so the measured capacity still applies."""
+    a = short.args
+    seqs = max(1, math.floor(sequences_at(short, intent.p99_context_tokens)))
+    est = _estimate(
+        arch,
+        gpu,
+        intent,
+        tp=a.tensor_parallel_size,
+        util=a.gpu_memory_utilization,
+        max_len=a.max_model_len,
+        seqs=seqs,
+        batched=a.max_num_batched_tokens,
+        kv_dtype=a.kv_cache_dtype,
+        dtype=a.dtype,
+    )
+    obs = _observed(est, intent)
+    return _with_observation(est, obs) if obs is not None else short
+
+
+def _observation_reason(obs: ObservedKv, predicted: int | None) -> str:
+    at = obs.observed_at.isoformat().replace("+00:00", "Z")
+    text = (
+        f"KV capacity from observation: {obs.kv_cache_tokens} tokens measured by vLLM "
+        f"{obs.vllm_version} at {at} ({obs.source})"
+    )
+    if predicted:
+        dev = (obs.kv_cache_tokens - predicted) / predicted * 100
+        text += f"; the memory model predicted {predicted} ({dev:+.1f} %)"
+    return text
 
 
 def _fidelity_reasons(
@@ -496,7 +666,7 @@ def _fidelity_reasons(
     """
     pct = f"{margin * 100:.0f} %"
     if with_margin is None:
-        conc = bare.kv_cache_tokens / intent.p99_context_tokens
+        conc = sequences_at(bare, intent.p99_context_tokens)
         return [
             f"KV headroom within the model's error: {conc:.1f} sequences predicted against the "
             f"target {intent.concurrency}, but the KV prediction may be {pct} high for vLLM "
@@ -522,7 +692,8 @@ def _fit_elsewhere(
     intent: PlanIntent, gpu: GpuFacts, arch: Architecture
 ) -> tuple[int, float] | None:
     """TP and concurrency at P99 of the plan on another GPU type, when the intent fits there."""
-    result = plan_pool(intent, gpu, arch)
+    # Observations belong to the GPU type they were measured on.
+    result = plan_pool(intent.model_copy(update={"observations": ()}), gpu, arch)
     if isinstance(result, PoolPlan):
         return result.engine_args.tensor_parallel_size, result.memory.concurrency_at_p99
     return None

@@ -145,13 +145,15 @@ def _verdict(service: VLLMService, pools: list[PoolOutcome]) -> Verdict:
     refused = [p for p in pools if not p.feasible]
     if refused and not planned and not missing:
         types = ", ".join(service.spec.placement.gpu_types)
+        head = (
+            f"{service.spec.model.name} does not fit any GPU type in "
+            f"spec.placement.gpuTypes [{types}] with the nodes in the cluster: "
+        )
+        if all(p.reason == Reason.INVALID_ENGINE_CONFIG for p in refused):
+            head = "spec.vllm.extraArgs with the plan break vLLM's engine configuration: "
         return Verdict(
             allowed=False,
-            message=(
-                f"{service.spec.model.name} does not fit any GPU type in "
-                f"spec.placement.gpuTypes [{types}] with the nodes in the cluster: "
-                + " ".join(_pool_line(p) for p in refused)
-            ),
+            message=head + " ".join(_pool_line(p) for p in refused),
             reason=refused[0].reason,
         )
     warnings = [
@@ -168,6 +170,7 @@ def _verdict(service: VLLMService, pools: list[PoolOutcome]) -> Verdict:
         for p in planned
         if p.unavailable
     ]
+    warnings += [_short(f"{p.gpu_type}: {p.plan_note}") for p in planned if p.plan_note]
     return Verdict(allowed=True, warnings=tuple(warnings))
 
 

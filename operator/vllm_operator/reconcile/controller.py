@@ -438,7 +438,12 @@ class Controller:
         groups = group_gpu_nodes(nodes)
         budgets = self._budgets(service, nodes, now, outcome)
         pools = plan_pools(
-            prepared, groups, budgets.usable_mib, old_status.overrides, plans=self.plans
+            prepared,
+            groups,
+            budgets.usable_mib,
+            old_status.overrides,
+            plans=self.plans,
+            observations=old_status.observations,
         )
         note = budget_note(service, budgets)
 

@@ -20,13 +20,18 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from vllm_operator.api import VLLMService, set_condition
-from vllm_operator.api.conditions import ConditionType
+from vllm_operator.api.conditions import Condition, ConditionType, find_condition
 from vllm_operator.api.reasons import Reason
-from vllm_operator.api.status import PoolPlan, VLLMServiceStatus
+from vllm_operator.api.status import Observation, PoolPlan, PoolStatus, VLLMServiceStatus
 from vllm_operator.kube.gateway import Kind, KubeGateway, Obj
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.metrics.signals import ServiceMetrics
-from vllm_operator.reconcile.observed import observed_capacity
+from vllm_operator.reconcile.observed import (
+    measured_observation,
+    observed_capacity,
+    plan_deviation,
+    record_observation,
+)
 from vllm_operator.reconcile.writes import CountingGateway, service_event
 from vllm_operator.remediation import (
     Observations,
@@ -39,6 +44,7 @@ from vllm_operator.remediation.health import StartupBudget, pool_failure, startu
 from vllm_operator.rendering import workload
 from vllm_operator.rendering.names import (
     ANNOTATION_DRAINING_SINCE,
+    ANNOTATION_PLAN_HASH,
     LABEL_SERVING,
     pool_selector_labels,
 )
@@ -178,18 +184,24 @@ class Evaluator:
             )
             for pool in status.pools
         ]
+        learned, conditions, deviated = self._learn(
+            service, status, pools, pods_by_pool, metrics, conditions, now, generation
+        )
         new_status = status.model_copy(
             update={
                 "pools": pools,
                 "overrides": list(decision.overrides),
                 "history": list(decision.history),
                 "conditions": conditions,
+                "observations": learned,
             }
         )
         if new_status != status:
             self.gw.apply_status(service.namespace, service.name, new_status.to_wire())
         for event in decision.events:
             self.gw.emit_event(service_event(service, event.type, event.reason, event.message))
+        if deviated is not None:
+            self.gw.emit_event(service_event(service, "Warning", deviated[0], deviated[1]))
         failures_changed = False
         for old, new in zip(status.pools, pools, strict=True):
             before, after = old.failure, new.failure
@@ -213,9 +225,73 @@ class Evaluator:
             m.REMEDIATIONS.labels(action.kind.value, decision.mode.value).inc()
         for pod in decision.evictions:
             self._start_drain(service, pod, now)
-        return failures_changed or list(new_status.overrides) != list(status.overrides)
+        # A new measurement re-plans the pools from it (the reconcile reads status.observations).
+        return (
+            failures_changed
+            or list(new_status.overrides) != list(status.overrides)
+            or learned != list(status.observations)
+        )
 
     # ------------------------------------------------------------------------------- helpers
+
+    def _learn(
+        self,
+        service: VLLMService,
+        status: VLLMServiceStatus,
+        pools: list[PoolStatus],
+        pods_by_pool: dict[str, list[Obj]],
+        metrics: ServiceMetrics,
+        conditions: list[Condition],
+        now: datetime,
+        generation: Any,
+    ) -> tuple[list[Observation], list[Condition], tuple[Reason, str] | None]:
+        """Record what the engines of each pool's current plan measured (status.observations)
+        and derive PlanDeviation; the Warning to emit when it turns True (or changes reason).
+
+        Only pods of the current plan (their plan-hash) count: during a rollout the old pods
+        measured the old configuration.
+        """
+        observations = list(status.observations)
+        for pool in pools:
+            if pool.plan is None or not pool.feasible or pool.plan.hash is None:
+                continue
+            current = [
+                p
+                for p in pods_by_pool.get(pool.gpu_type, [])
+                if ((p.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PLAN_HASH)
+                == pool.plan.hash
+            ]
+            found = measured_observation(
+                service.spec, pool, status.overrides, _capacities(metrics, current), now
+            )
+            if found is not None:
+                observations = record_observation(observations, found)
+        verdict = plan_deviation(service.spec, pools, status.overrides, observations)
+        if verdict is None:
+            return observations, conditions, None
+        state, reason, message = verdict
+        before = find_condition(conditions, ConditionType.PLAN_DEVIATION)
+        conditions = set_condition(
+            conditions,
+            type_=ConditionType.PLAN_DEVIATION,
+            status=state,
+            reason=reason,
+            message=message,
+            now=now,
+            observed_generation=generation if isinstance(generation, int) else None,
+        )
+        turned = state == "True" and (
+            before is None or (before.status, before.reason) != (state, reason)
+        )
+        if before is None or (before.status, before.reason) != (state, reason):
+            log.info(
+                "Set PlanDeviation=%s service=%s/%s reason=%s",
+                state,
+                service.namespace,
+                service.name,
+                reason,
+            )
+        return observations, conditions, (reason, message) if turned else None
 
     def _metrics(self, service: VLLMService, pods: list[str], now: datetime) -> ServiceMetrics:
         if self.metrics is None:

@@ -17,20 +17,24 @@ from typing import Any, Protocol
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.api.spec import ScalingMode
-from vllm_operator.api.status import Override
+from vllm_operator.api.status import Observation, Override
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError
 from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
+from vllm_operator.catalog.vllm.values import extra_arg_fields, extra_arg_values
 from vllm_operator.planning.alternatives import Infeasible
+from vllm_operator.planning.engine_rules import Violation, check_engine_rules
 from vllm_operator.planning.host_memory import plan_host_memory
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.plan import PlanResult, plan_pool
+from vllm_operator.planning.user_overrides import apply_user_values
 from vllm_operator.reconcile.inventory import (
     GpuNodeGroup,
     canonical_label,
     gpu_facts,
     match_groups,
 )
+from vllm_operator.reconcile.observed import planner_observations
 from vllm_operator.remediation.overrides import effective_args
 from vllm_operator.rendering.args import (
     ArgsRejected,
@@ -90,6 +94,8 @@ class PoolOutcome:
     applied_message: str = ""
     unavailable: str = ""
     live: Obj | None = field(default=None, repr=False)
+    plan_note: str = ""
+    """Why the plan no longer holds with the user's overrides (empty: it holds)."""
 
     @property
     def has_capacity(self) -> bool:
@@ -108,6 +114,25 @@ def check_service_rules(service: VLLMService) -> None:
         )
     except ArgsRejected as exc:
         raise ServiceRejected(exc.reason, str(exc)) from exc
+    # Rules the extra flags break on their own, whatever the plan (the pools check the rest).
+    values = extra_arg_values(spec.vllm.version, spec.vllm.extra_args)
+    violations = check_engine_rules(spec.vllm.version, values)
+    if violations:
+        raise ServiceRejected(
+            Reason.INVALID_ENGINE_CONFIG,
+            "spec.vllm.extraArgs: "
+            + engine_config_message(violations, _origins(spec.vllm.extra_args, spec.vllm.version)),
+        )
+
+
+def _origins(extra: dict[str, str], version: str) -> dict[str, str]:
+    """Where each engine field of a rule came from: an extraArgs key, else the plan."""
+    return {name: f"extraArgs {flag}" for flag, name in extra_arg_fields(version, extra).items()}
+
+
+def engine_config_message(violations: Sequence[Violation], origins: dict[str, str]) -> str:
+    """Every broken rule, quoted, with its vLLM source and where each value came from."""
+    return "; ".join(v.describe(origins) for v in violations)
 
 
 def prepare_service(service: VLLMService, resolver: ArchitectureResolver) -> PreparedService:
@@ -198,10 +223,13 @@ def plan_pools(
     measured_free_mib: dict[str, float] | None = None,
     overrides: Sequence[Override] = (),
     plans: PlanCache | None = None,
+    observations: Sequence[Observation] = (),
 ) -> list[PoolOutcome]:
     """Plan every allowed GPU type; types without nodes become NoMatchingNodes pools.
 
     `plans`: the controller's PlanCache (the CLI plans once and needs none).
+    `observations`: status.observations, the KV capacities the engines measured; each pool's
+    planner gets those of its GPU type and the service's model (learning from the fleet).
 
     A type whose nodes are all cordoned or NotReady is still planned from their hardware: it
     is unavailable (`PoolOutcome.unavailable`), never infeasible.
@@ -260,6 +288,7 @@ def plan_pools(
                 measured_free_mib,
                 overrides,
                 plans or PlanCache(maxsize=0),
+                observations,
             )
         )
     order = {g: i for i, g in enumerate(spec.placement.gpu_types)}
@@ -274,6 +303,7 @@ def _plan_group(
     measured_free_mib: dict[str, float] | None,
     overrides: Sequence[Override],
     plans: PlanCache,
+    observations: Sequence[Observation] = (),
 ) -> PoolOutcome:
     service, spec = prepared.service, prepared.service.spec
     name = deployment_name(service.name, group.product)
@@ -285,7 +315,13 @@ def _plan_group(
         if group.schedulable_nodes
         else f"no schedulable node of {group.product}: " + ", ".join(group.unavailable_nodes)
     )
-    intent = prepared.intent.model_copy(update={"max_gpus_per_replica": cap})
+    # The observations are part of the intent, hence of the plan cache's key.
+    intent = prepared.intent.model_copy(
+        update={
+            "max_gpus_per_replica": cap,
+            "observations": planner_observations(spec, group.product, observations),
+        }
+    )
     measured = (measured_free_mib or {}).get(group.product)
     result = plans.plan(
         intent,
@@ -304,6 +340,21 @@ def _plan_group(
             deployment_name=name,
             unavailable=unavailable,
         )
+    # The user's values for planner-owned flags (allowPlannerOverride) replace the planner's,
+    # and the memory figures are recomputed with them (planning.user_overrides).
+    version = spec.vllm.version
+    values = extra_arg_values(version, spec.vllm.extra_args)
+    fields = {name: flag for flag, name in extra_arg_fields(version, spec.vllm.extra_args).items()}
+    overridden = apply_user_values(
+        result,
+        values,
+        fields,
+        intent=intent,
+        arch=prepared.arch,
+        gpu=facts,
+        measured_free_mib=measured,
+    )
+    result = overridden.plan
     allocatable = group.allocatable_memory_mib
     host = plan_host_memory(
         prepared.arch,
@@ -326,10 +377,26 @@ def _plan_group(
     # maxReplicas is refused with it); the controller hands the field over on the first apply.
     external = spec.scaling.mode == ScalingMode.EXTERNAL
     replicas = None if external else (effective.replicas or spec.replicas)
+    # A user value the plan cannot hold (--max-model-len auto) is rendered from extraArgs.
+    rendered = {k: None if k in overridden.unplanned else v for k, v in args.rendered().items()}
+    config = {**values, **{k: v for k, v in rendered.items() if v is not None}}
+    violations = check_engine_rules(version, config, engine=result.engine)
+    if violations:
+        origins = _origins(spec.vllm.extra_args, version)
+        origins.update({k: "the plan" for k in rendered if k not in origins})
+        return PoolOutcome(
+            gpu_type=group.product,
+            product=group.product,
+            feasible=False,
+            reason=Reason.INVALID_ENGINE_CONFIG,
+            message=engine_config_message(violations, origins),
+            deployment_name=name,
+            unavailable=unavailable,
+        )
     try:
         argv = engine_argv(
             spec.vllm.version,
-            args.rendered(),
+            rendered,
             spec.vllm.extra_args,
             allow_override=spec.vllm.allow_planner_override,
             served_model_name=spec.model.name if spec.model.source.pvc is not None else None,
@@ -384,6 +451,7 @@ def _plan_group(
         update={
             "hash": deployment["metadata"]["annotations"][ANNOTATION_PLAN_HASH],
             "host_memory": host.to_status(),
+            "user_overrides": list(overridden.overrides),
             "reasons": [*planned_status.reasons, *host.reasons],
         }
     )
@@ -402,12 +470,18 @@ def _plan_group(
         f"{group.product} {layout} max_num_seqs={args.max_num_seqs} "
         f"KV {mem.kv_cache_tokens} tokens ({mem.concurrency_at_p99:.1f} x P99)"
     )
+    plan_note = ""
+    if not overridden.holds:
+        plan_note = "plan no longer holds with spec.vllm.extraArgs: " + "; ".join(
+            overridden.problems
+        )
     return PoolOutcome(
         gpu_type=group.product,
         product=group.product,
         feasible=True,
         reason=Reason.PLANNED,
-        message=unavailable,
+        message="; ".join(m for m in (unavailable, plan_note) if m),
+        plan_note=plan_note,
         unavailable=unavailable,
         plan=status_plan,
         deployment=deployment,

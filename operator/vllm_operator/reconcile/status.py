@@ -240,6 +240,19 @@ def plan_summary(service: VLLMService, planned: list[PoolOutcome]) -> str:
     )
 
 
+_ARGS_REASONS = frozenset(
+    {Reason.INVALID_ENGINE_CONFIG, Reason.UNSUPPORTED_ENGINE_ARGS, Reason.INVALID_EXTRA_ARGS}
+)
+
+
+def _infeasible_reason(pools: list[PoolOutcome]) -> Reason:
+    """Infeasible, or the arguments' own reason when every pool fails on its arguments."""
+    reasons = {p.reason for p in pools}
+    if len(reasons) == 1 and (only := next(iter(reasons))) in _ARGS_REASONS:
+        return only
+    return Reason.INFEASIBLE
+
+
 def _join(pools: list[PoolOutcome]) -> str:
     return "; ".join(f"{p.gpu_type}: {p.message}" for p in pools)
 
@@ -307,7 +320,17 @@ def service_status(
     degraded: _Verdict
     # Feasibility is judged on the GPU types' hardware (cordoned / NotReady nodes are planned);
     # availability (schedulable nodes now) only ever shows in Progressing, Ready and Degraded.
-    if planned and not infeasible:
+    overridden = [p for p in planned if p.plan_note]
+    if planned and not infeasible and overridden:
+        # The user's overrides replaced the plan; it is rendered as asked, but the figures no
+        # longer promise the target (#19).
+        notes = "; ".join(f"{p.gpu_type}: {p.plan_note}" for p in overridden)
+        feasible = (
+            "True",
+            Reason.PLAN_OVERRIDDEN,
+            plan_summary(service, planned) + "; " + notes + note,
+        )
+    elif planned and not infeasible:
         feasible = ("True", Reason.ALL_POOLS_PLANNED, plan_summary(service, planned) + note)
     elif planned:
         feasible = (
@@ -316,7 +339,7 @@ def service_status(
             plan_summary(service, planned) + "; " + _join(infeasible) + note,
         )
     elif infeasible:
-        feasible = ("False", Reason.INFEASIBLE, _join(infeasible) + note)
+        feasible = ("False", _infeasible_reason(infeasible), _join(infeasible) + note)
     else:
         feasible = ("True", Reason.AWAITING_NODES, "No allowed GPU type has nodes yet")
 
@@ -442,7 +465,7 @@ def transition_events(
         if before is not None and (before.status, before.reason) == (cond.status, cond.reason):
             continue
         warning = (cond.type == ConditionType.FEASIBLE and cond.status == "False") or (
-            cond.reason == Reason.NO_MATCHING_NODES
+            cond.reason in (Reason.NO_MATCHING_NODES, Reason.PLAN_OVERRIDDEN)
         )
         if before is None and not warning:
             continue

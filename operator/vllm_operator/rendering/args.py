@@ -13,6 +13,7 @@ from vllm_operator.catalog.vllm.container import container_command
 from vllm_operator.catalog.vllm.errors import ArgsError, UnknownVersionError
 from vllm_operator.catalog.vllm.loader import flag_spec, load_version, supported_versions
 from vllm_operator.catalog.vllm.validate import render_engine_args, render_extra_args
+from vllm_operator.catalog.vllm.values import extra_arg_fields
 from vllm_operator.rendering.workload import PVC_MOUNT_PATH
 
 
@@ -51,7 +52,14 @@ def engine_argv(
     allow_override: bool = False,
     served_model_name: str | None = None,
 ) -> list[str]:
-    """The planner's engine args plus the user's extra flags, checked for `version`."""
+    """The planner's engine args plus the user's extra flags, checked for `version`, each once.
+
+    An extra flag that sets a field `engine_args` renders (an allowPlannerOverride override) is
+    left out of the extra flags: the caller has already put the user's value into
+    `engine_args` (planning.user_overrides), where remediation may still lower it. Rendering it
+    twice would make vLLM take the last occurrence, hide the value in force from the status and
+    make 0.33 log a duplicate-key warning (#19).
+    """
     args = dict(engine_args)
     if served_model_name is not None:
         args["served_model_name"] = served_model_name
@@ -61,9 +69,13 @@ def engine_argv(
         raise ArgsRejected(
             Reason.UNSUPPORTED_ENGINE_ARGS, "; ".join(p.message for p in exc.problems)
         ) from exc
-    # Extra flags come last: with allowPlannerOverride, argparse keeps the last occurrence, so
-    # the user's explicit override wins.
-    return [*planned, *validate_extra_args(version, extra, allow_override)]
+    extra_argv = validate_extra_args(version, extra, allow_override)
+    fields = extra_arg_fields(version, extra)
+    rendered = {k for k, v in args.items() if v is not None}
+    kept = {k: v for k, v in extra.items() if fields.get(k) not in rendered}
+    if len(kept) != len(extra):
+        extra_argv = validate_extra_args(version, kept, allow_override)
+    return [*planned, *extra_argv]
 
 
 def container_for(service: VLLMService) -> tuple[str, list[str], list[str]]:

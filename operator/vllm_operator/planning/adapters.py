@@ -1,0 +1,74 @@
+"""Speculative decoding and LoRA, as far as memory is concerned, read from the spec's extraArgs.
+
+The VLLMService API has no field for either: users pass vLLM's own flags in `vllm.extraArgs`
+(`--speculative-config '{"method": "mtp", "num_speculative_tokens": 2}'`, `--enable-lora
+--max-loras 4 --max-lora-rank 64`). The planner reads them so that the draft's weights and KV and
+the LoRA slot buffers are in the memory plan instead of surprising vLLM at startup.
+"""
+
+import json
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vllm_operator.planning.errors import PlanningInputError
+
+# vLLM's LoRAConfig defaults (config/lora.py: max_loras 1, max_lora_rank 16).
+DEFAULT_MAX_LORAS = 1
+DEFAULT_MAX_LORA_RANK = 16
+
+
+class Adapters(BaseModel):
+    """Speculative decoding and LoRA settings that change vLLM's memory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    speculative_method: str | None = Field(
+        default=None, description="vLLM's speculative method (mtp, eagle, eagle3, ngram, ...)."
+    )
+    num_speculative_tokens: int = Field(default=0, ge=0)
+    max_loras: int = Field(default=0, ge=0, description="LoRA slots on the GPU; 0: LoRA off.")
+    max_lora_rank: int = Field(default=DEFAULT_MAX_LORA_RANK, ge=1)
+
+
+def _flag(extra_args: Mapping[str, str], name: str) -> str | None:
+    for key in (name, name.replace("-", "_")):
+        if key in extra_args:
+            return extra_args[key]
+    return None
+
+
+def _int(extra_args: Mapping[str, str], name: str, default: int) -> int:
+    text = _flag(extra_args, name)
+    if text is None or text == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise PlanningInputError("vllm.extraArgs", f"{name} {text!r} is not an integer") from None
+
+
+def adapters_from_extra_args(extra_args: Mapping[str, str]) -> Adapters:
+    """Adapters from `vllm.extraArgs` (flag -> value; a bare flag has an empty value)."""
+    method: str | None = None
+    tokens = 0
+    spec_text = _flag(extra_args, "--speculative-config")
+    if spec_text:
+        try:
+            spec = json.loads(spec_text)
+        except json.JSONDecodeError as exc:
+            raise PlanningInputError(
+                "vllm.extraArgs", f"--speculative-config is not JSON: {exc}"
+            ) from None
+        if not isinstance(spec, dict):
+            raise PlanningInputError("vllm.extraArgs", "--speculative-config is not a JSON object")
+        method = str(spec.get("method") or ("draft_model" if spec.get("model") else "")) or None
+        tokens = int(spec.get("num_speculative_tokens") or 0)
+    lora_flag = _flag(extra_args, "--enable-lora")
+    lora = lora_flag is not None and lora_flag.strip().lower() not in ("false", "0")
+    return Adapters(
+        speculative_method=method,
+        num_speculative_tokens=tokens,
+        max_loras=_int(extra_args, "--max-loras", DEFAULT_MAX_LORAS) if lora else 0,
+        max_lora_rank=_int(extra_args, "--max-lora-rank", DEFAULT_MAX_LORA_RANK),
+    )
