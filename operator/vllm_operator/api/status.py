@@ -47,6 +47,49 @@ class MemoryBreakdown(ApiModel):
     )
 
 
+class StageMemory(ApiModel):
+    """One pipeline stage (one node's pod) of a multi-node replica, per GPU, in GiB."""
+
+    stage: int = Field(
+        ge=0,
+        description="Pipeline rank: 0 holds the embeddings, the last "
+        "the final norm, lm_head and sampler.",
+    )
+    layers: int = Field(ge=0, description="Decoder layers on this stage (vLLM get_pp_indices).")
+    weights_gib: float = Field(alias="weightsGiB", description="Weights on one GPU of the stage.")
+    activation_gib: float = Field(
+        alias="activationGiB", description="Peak activation memory of the profiling batch."
+    )
+    cuda_graph_gib: float = Field(alias="cudaGraphGiB", description="Captured CUDA graphs.")
+    kv_free_gib: float = Field(
+        alias="kvFreeGiB", description="Budget left for the KV cache on this stage."
+    )
+    kv_cache_gib: float = Field(
+        alias="kvCacheGiB",
+        description="KV cache the stage allocates: the replica's block count (the smallest "
+        "over the stages) times this stage's bytes per block.",
+    )
+    num_gpu_blocks: int = Field(
+        ge=0, alias="numGPUBlocks", description="Blocks this stage's memory alone would hold."
+    )
+
+
+class PoolLayout(ApiModel):
+    """How a multi-node replica is laid out: one pipeline stage per node, tensor-parallel within
+    the node; one pod per node (a LeaderWorkerSet group of `nodes` pods)."""
+
+    nodes: int = Field(ge=1, description="Nodes (pods) per replica: the group size.")
+    tensor_parallel_size: int = Field(ge=1, description="GPUs per stage, within one node.")
+    pipeline_parallel_size: int = Field(ge=1, description="Pipeline stages, one per node.")
+    gpus_per_node: int = Field(
+        ge=1, alias="gpusPerNode", description="GPUs the replica's pod requests on each node."
+    )
+    stages: list[StageMemory] = Field(
+        default_factory=list,
+        description="Memory of every stage; the stage with the fewest blocks bounds the KV cache.",
+    )
+
+
 class HostMemoryComponent(ApiModel):
     """One part of a replica's host (CPU) memory plan."""
 
@@ -129,6 +172,11 @@ class PoolPlan(ApiModel):
         json_schema_extra={"additionalProperties": {"x-kubernetes-preserve-unknown-fields": True}},
     )
     memory: MemoryBreakdown | None = Field(default=None, description="Expected memory per GPU.")
+    layout: PoolLayout | None = Field(
+        default=None,
+        description="Multi-node layout (pipelineParallelSize > 1) with the memory of every "
+        "stage; absent for a single-node pool. memory is then the stage that bounds the KV cache.",
+    )
     host_memory: HostMemory | None = Field(
         default=None, description="Host (CPU) memory of one replica: its request and limit."
     )

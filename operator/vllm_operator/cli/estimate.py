@@ -1,8 +1,11 @@
 """`vllm-operator estimate`: predict vLLM's startup memory profile for given engine arguments.
 
 The forward direction of the memory model (planning.memory), with vLLM's own flag names.
-Omitted options take the pinned (or default) vLLM version's defaults. Exit codes: 0 fits,
-1 does not fit, 2 usage error (unknown GPU or model, an argument vLLM would reject).
+Omitted options take the pinned (or default) vLLM version's defaults. With `--max-nodes N` it
+also answers "on how many nodes does this start": the fewest pipeline stages, one per node as the
+operator lays a multi-node replica out, at which vLLM starts; `--gpus-per-node` keeps the
+tensor-parallel size within a node. Exit codes: 0 fits, 1 does not fit, 2 usage error (unknown GPU
+or model, an argument vLLM would reject).
 """
 
 import json
@@ -33,7 +36,7 @@ from vllm_operator.cli.files import load_mapping
 from vllm_operator.planning.adapters import adapters_from_extra_args
 from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.gpu import gpu_memory
-from vllm_operator.planning.memory import EngineArgs, MemoryEstimate, estimate_memory
+from vllm_operator.planning.memory import EngineArgs, GpuMemory, MemoryEstimate, estimate_memory
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION
 
 EXIT_NOT_FIT = 1
@@ -105,7 +108,20 @@ def facts_known(label: str) -> bool:
 
 
 def estimate_json(est: MemoryEstimate, model: str, gpu: GpuFacts) -> dict[str, Any]:
-    """The JSON object `estimate -o json` prints (stable keys for scripts and the bench)."""
+    """The JSON object `estimate -o json` prints (stable keys for scripts and the bench).
+
+    `stages` lists every pipeline stage (one without pipeline parallelism); `layout` is there
+    only with more than one stage: one stage per node, each tensor-parallel within its node.
+    """
+    pp = est.args.pipeline_parallel_size
+    layout: dict[str, Any] = {}
+    if pp > 1:
+        layout["layout"] = {
+            "nodes": pp,
+            "tensor_parallel_size": est.args.tensor_parallel_size,
+            "pipeline_parallel_size": pp,
+            "gpus_per_node": est.args.tensor_parallel_size,
+        }
     return {
         "model": model,
         "gpu": gpu.label,
@@ -126,6 +142,8 @@ def estimate_json(est: MemoryEstimate, model: str, gpu: GpuFacts) -> dict[str, A
         "max_concurrency": est.max_concurrency,
         "fits": est.fits,
         "reasons": est.reasons,
+        **layout,
+        "stages": [s.model_dump() for s in est.stages],
     }
 
 
@@ -161,8 +179,54 @@ def _print_table(data: dict[str, Any]) -> None:
     for term, value in rows:
         table.add_row(term, value)
     console.print(table)
+    _print_stages(console, data)
     for reason in data["reasons"]:
         console.print(f"- {reason}")
+
+
+def _print_stages(console: Console, data: dict[str, Any]) -> None:
+    """Per-stage memory of a multi-node layout (the table above is the bounding stage)."""
+    layout = data.get("layout")
+    if layout is None:
+        return
+    table = Table(
+        title=f"layout: {layout['nodes']} nodes x {layout['gpus_per_node']} GPUs "
+        f"(TP={layout['tensor_parallel_size']} within a node, "
+        f"PP={layout['pipeline_parallel_size']} across nodes); GiB per GPU, * bounds the KV cache"
+    )
+    for column in ("stage", "layers", "weights", "act.", "graphs", "KV free", "KV", "blocks"):
+        table.add_column(column, justify="right")
+    stages = data["stages"]
+    bound = min(s["num_gpu_blocks"] for s in stages)
+    for s in stages:
+        table.add_row(
+            str(s["stage"]),
+            str(s["layers"]),
+            f"{s['weights_gib']:.2f}",
+            f"{s['activation_gib']:.2f}",
+            f"{s['cuda_graph_gib']:.2f}",
+            f"{s['kv_free_gib']:.2f}",
+            f"{s['kv_cache_gib']:.2f}",
+            f"{s['num_gpu_blocks']:,}" + ("*" if s["num_gpu_blocks"] == bound else ""),
+        )
+    console.print(table)
+
+
+def _fewest_nodes(
+    arch: Architecture, gpu: GpuMemory, args: EngineArgs, max_nodes: int
+) -> tuple[MemoryEstimate, list[str]]:
+    """The estimate at the fewest pipeline stages (nodes) up to `max_nodes` at which vLLM
+    starts, with a note per layout that does not; the largest layout when none does."""
+    notes: list[str] = []
+    est = estimate_memory(arch, gpu, args)
+    for pp in range(2, min(max_nodes, arch.num_hidden_layers) + 1):
+        if est.fits:
+            break
+        tp = est.args.tensor_parallel_size
+        why = est.reasons[-1] if est.reasons else "it does not start"
+        notes.append(f"TP={tp} PP={est.args.pipeline_parallel_size} does not start: {why}")
+        est = estimate_memory(arch, gpu, args.model_copy(update={"pipeline_parallel_size": pp}))
+    return est, notes
 
 
 @click.command()
@@ -187,7 +251,23 @@ def _print_table(data: dict[str, Any]) -> None:
     "not know: bf16 from 8.0, fp8 KV cache from 8.9.",
 )
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--pipeline-parallel-size", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--pipeline-parallel-size",
+    type=click.IntRange(min=1),
+    help="Pipeline stages (one per node as the operator runs them).  [default: 1, or the "
+    "fewest that start with --max-nodes]",
+)
+@click.option(
+    "--max-nodes",
+    type=click.IntRange(min=1, max=16),
+    help="Try 1, 2, ... up to N pipeline stages (nodes) and report the fewest at which vLLM "
+    "starts (spec.placement.maxNodesPerReplica).",
+)
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(min=1),
+    help="GPUs on each node: the tensor-parallel size must stay within one node.",
+)
 @click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True))
 @click.option("--max-model-len", type=click.IntRange(min=1))
 @click.option("--max-num-seqs", type=click.IntRange(min=1))
@@ -217,7 +297,9 @@ def estimate(
     gpu_memory_mib: int | None,
     compute_capability: str | None,
     tensor_parallel_size: int,
-    pipeline_parallel_size: int,
+    pipeline_parallel_size: int | None,
+    max_nodes: int | None,
+    gpus_per_node: int | None,
     gpu_memory_utilization: float | None,
     max_model_len: int | None,
     max_num_seqs: int | None,
@@ -256,11 +338,26 @@ def estimate(
         flags["--speculative-config"] = speculative_config
     if enable_lora:
         flags["--enable-lora"] = ""
+    if gpus_per_node is not None and tensor_parallel_size > gpus_per_node:
+        usage_error(
+            f"--tensor-parallel-size {tensor_parallel_size} is above --gpus-per-node "
+            f"{gpus_per_node}: tensor parallelism stays within one node (pipeline stages span "
+            "nodes: --pipeline-parallel-size or --max-nodes)"
+        )
+    if (
+        max_nodes is not None
+        and pipeline_parallel_size is not None
+        and pipeline_parallel_size > max_nodes
+    ):
+        usage_error(
+            f"--pipeline-parallel-size {pipeline_parallel_size} needs {pipeline_parallel_size} "
+            f"nodes, above --max-nodes {max_nodes}"
+        )
     try:
         adapters = adapters_from_extra_args(flags)
         args = EngineArgs(
             tensor_parallel_size=tensor_parallel_size,
-            pipeline_parallel_size=pipeline_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size or 1,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
@@ -276,7 +373,11 @@ def estimate(
             max_loras=adapters.max_loras,
             max_lora_rank=adapters.max_lora_rank,
         )
-        est = estimate_memory(arch, gpu_memory(facts), args)
+        if max_nodes is not None and pipeline_parallel_size is None:
+            est, notes = _fewest_nodes(arch, gpu_memory(facts), args, max_nodes)
+            est = est.model_copy(update={"reasons": [*notes, *est.reasons]})
+        else:
+            est = estimate_memory(arch, gpu_memory(facts), args)
     except (PlanningInputError, ValueError) as exc:
         usage_error(str(exc))
     data = estimate_json(est, arch.name, facts)

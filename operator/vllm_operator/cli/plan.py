@@ -17,6 +17,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from vllm_operator.api.spec import VLLMServiceSpec
 from vllm_operator.catalog.gpus import GpuFacts
 from vllm_operator.cli.estimate import EXIT_NOT_FIT, EXIT_USAGE, resolve_gpu, usage_error
 from vllm_operator.cli.specs import EXIT_REJECTED, CliResolver, check_file, echo_refusal, prepare
@@ -27,8 +28,37 @@ from vllm_operator.reconcile.pools import PreparedService
 
 def result_dict(result: PlanResult) -> dict[str, Any]:
     data = result.model_dump(mode="json")
+    if data.get("layout", 0) is None:
+        del data["layout"]  # single-node plans print as they did before multi-node layouts
     data["feasible"] = isinstance(result, PoolPlan)
     return data
+
+
+def _print_layout(console: Console, result: PoolPlan) -> None:
+    """The multi-node layout and the memory of every stage (per GPU of the stage), GiB."""
+    layout = result.layout
+    if layout is None:
+        return
+    table = Table(
+        title=f"layout: {layout.nodes} nodes x {layout.gpus_per_node} GPUs "
+        f"(TP={layout.tensor_parallel_size} within a node, "
+        f"PP={layout.pipeline_parallel_size} across nodes); GiB per GPU, * bounds the KV cache"
+    )
+    for column in ("stage", "layers", "weights", "act.", "graphs", "KV free", "KV", "blocks"):
+        table.add_column(column, justify="right")
+    bound = min(s.num_gpu_blocks for s in layout.stages)
+    for s in layout.stages:
+        table.add_row(
+            str(s.stage),
+            str(s.layers),
+            f"{s.weights_gib:.2f}",
+            f"{s.activation_gib:.2f}",
+            f"{s.cuda_graph_gib:.2f}",
+            f"{s.kv_free_gib:.2f}",
+            f"{s.kv_cache_gib:.2f}",
+            f"{s.num_gpu_blocks:,}" + ("*" if s.num_gpu_blocks == bound else ""),
+        )
+    console.print(table)
 
 
 def _print_plan(console: Console, name: str, result: PlanResult) -> None:
@@ -69,8 +99,25 @@ def _print_plan(console: Console, name: str, result: PlanResult) -> None:
     table.add_row("KV cache tokens", f"{m.kv_cache_tokens:,}")
     table.add_row("concurrency at P99", f"{m.concurrency_at_p99:.2f}")
     console.print(table)
+    _print_layout(console, result)
     for reason in result.reasons:
         console.print(f"  - {reason}")
+
+
+def _placed(
+    spec: VLLMServiceSpec, max_nodes: int | None, gpus_per_node: int | None
+) -> VLLMServiceSpec:
+    """The spec with the node options applied as the controller applies the inventory: the
+    tensor-parallel limit is the smaller of maxGPUsPerReplica and the node's GPUs."""
+    placement = spec.placement
+    update: dict[str, int] = {}
+    if max_nodes is not None:
+        update["max_nodes_per_replica"] = max_nodes
+    if gpus_per_node is not None:
+        update["max_gpus_per_replica"] = min(placement.max_gpus_per_replica, gpus_per_node)
+    if not update:
+        return spec
+    return spec.model_copy(update={"placement": placement.model_copy(update=update)})
 
 
 @click.command()
@@ -83,13 +130,30 @@ def _print_plan(console: Console, name: str, result: PlanResult) -> None:
     help="Plan for these GPU types instead of spec.placement.gpuTypes (repeatable).",
 )
 @click.option(
+    "--max-nodes",
+    type=click.IntRange(min=1, max=16),
+    help="Plan with this spec.placement.maxNodesPerReplica instead of the file's.",
+)
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(min=1),
+    help="GPUs on each node, as the controller reads them from the nodes: the tensor-parallel "
+    "size stays within it (default: spec.placement.maxGPUsPerReplica).",
+)
+@click.option(
     "-o",
     "--output",
     type=click.Choice(["table", "yaml", "json"]),
     default="table",
     show_default=True,
 )
-def plan(file: Path, gpus: tuple[str, ...], output: str) -> None:
+def plan(
+    file: Path,
+    gpus: tuple[str, ...],
+    max_nodes: int | None,
+    gpus_per_node: int | None,
+    output: str,
+) -> None:
     """Plan engine arguments for every VLLMService in FILE, per allowed GPU type.
 
     Exit 0 when every pool is planned, 1 when the operator would refuse a service (the reason
@@ -115,7 +179,7 @@ def plan(file: Path, gpus: tuple[str, ...], output: str) -> None:
         service = one.service
         labels = list(gpus) or list(service.spec.placement.gpu_types)
         facts: list[GpuFacts] = [resolve_gpu(label, None) for label in labels]
-        results = plan_service(service.spec, facts, one.arch)
+        results = plan_service(_placed(service.spec, max_nodes, gpus_per_node), facts, one.arch)
         for result in results:
             if isinstance(result, Infeasible):
                 worst = max(worst, EXIT_USAGE if result.usage_error else EXIT_NOT_FIT)

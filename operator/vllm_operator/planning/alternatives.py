@@ -18,6 +18,7 @@ from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.memory import MemoryEstimate, sequences_at
 
 MAX_TP_ONE_NODE = 8  # tensor parallelism beyond one 8-GPU node is not suggested
+MAX_NODES_PER_REPLICA = 16  # the CRD's maximum of spec.placement.maxNodesPerReplica
 
 
 class Search(Protocol):
@@ -33,6 +34,7 @@ class AlternativeKind(StrEnum):
     FP8_KV_CACHE = "Fp8KvCache"
     QUANTIZED_CHECKPOINT = "QuantizedCheckpoint"
     OTHER_GPU_TYPE = "OtherGpuType"
+    MORE_NODES = "MoreNodesPerReplica"
     LOWER_CONCURRENCY = "LowerConcurrency"
 
 
@@ -64,6 +66,36 @@ class Infeasible(BaseModel):
         return False
 
 
+def _fewest_nodes(
+    search: Callable[[int], MemoryEstimate | None], lo: int, hi: int
+) -> tuple[int, MemoryEstimate] | None:
+    """The fewest stages in [lo, hi] at which `search` fits.
+
+    The largest layout is tried first: more stages never hold fewer KV tokens at the same TP
+    (tests/planning/test_multinode_properties.py), so when `hi` does not fit nothing does, and a
+    model that fits nowhere costs one search instead of fifteen (an infeasible pool is planned
+    again whenever its inputs change). Otherwise the answer is usually a node or two more, so
+    the scan goes up from `lo`.
+    """
+    if lo > hi:
+        return None
+    widest = search(hi)
+    if widest is None:
+        return None
+    for pp in range(lo, hi):
+        est = search(pp)
+        if est is not None:
+            return pp, est
+    return hi, widest
+
+
+def layout_label(est: MemoryEstimate) -> str:
+    """'TP=4', or 'TP=8 PP=2' for a layout across nodes."""
+    pp = est.args.pipeline_parallel_size
+    tp = est.args.tensor_parallel_size
+    return f"TP={tp}" if pp == 1 else f"TP={tp} PP={pp}"
+
+
 def quantized_variant(arch: Architecture) -> Architecture:
     return arch.model_copy(
         update={
@@ -82,20 +114,25 @@ def infeasible(
     *,
     dtype: str,
     search: Search,
-    plan_other: Callable[[GpuFacts], tuple[int, float] | None],
+    plan_other: Callable[[GpuFacts], tuple[str, float] | None],
     notes: list[str],
     last: MemoryEstimate | None,
     other_gpus: tuple[GpuFacts, ...],
+    more_nodes: Callable[[int], MemoryEstimate | None] | None = None,
 ) -> Infeasible:
     """The reasons the intent does not fit `facts`, and every single change that would fit.
 
     Each alternative is checked by running the planner's own search again with that one knob
-    changed (`search`), or by planning another GPU type (`plan_other`: its TP and concurrency at
+    changed (`search`), or by planning another GPU type (`plan_other`: its layout and concurrency at
     P99 when it fits): nothing is suggested that the planner would not then accept.
+    `more_nodes(pp)`: the planner's search at `pp` pipeline stages (nodes), for the fewest
+    nodes beyond spec.placement.maxNodesPerReplica that would hold the target.
     """
+    nodes = intent.max_nodes_per_replica
     reasons = [
         f"{intent.concurrency} sequences of {intent.p99_context_tokens} tokens do not fit on "
-        f"{facts.label} with up to {intent.max_gpus_per_replica} GPUs per replica",
+        f"{facts.label} with up to {intent.max_gpus_per_replica} GPUs per "
+        + (f"node on up to {nodes} nodes per replica" if nodes > 1 else "replica"),
         *notes,
     ]
     if last is not None:
@@ -107,7 +144,8 @@ def infeasible(
         alternatives.append(
             Alternative(
                 kind=AlternativeKind.LARGER_TP,
-                description=f"raise spec.placement.maxGPUsPerReplica to {tp}: TP={tp} fits "
+                description=f"raise spec.placement.maxGPUsPerReplica to {tp}: "
+                f"{layout_label(bigger)} fits "
                 f"{sequences_at(bigger, intent.p99_context_tokens):.1f} sequences",
                 changes={"maxGPUsPerReplica": tp},
             )
@@ -119,7 +157,7 @@ def infeasible(
                 Alternative(
                     kind=AlternativeKind.FP8_KV_CACHE,
                     description=f"an fp8 KV cache (--kv-cache-dtype fp8, halves KV bytes; "
-                    f"compute capability {facts.cc_text}): TP={fp8.args.tensor_parallel_size} fits "
+                    f"compute capability {facts.cc_text}): {layout_label(fp8)} fits "
                     f"{sequences_at(fp8, intent.p99_context_tokens):.1f} sequences",
                     changes={
                         "kv_cache_dtype": "fp8",
@@ -136,6 +174,7 @@ def infeasible(
         )
         if q is not None:
             q_tp = q.args.tensor_parallel_size
+            q_label = layout_label(q)
             raise_tp = (
                 f" and spec.placement.maxGPUsPerReplica {q_tp}"
                 if q_tp > intent.max_gpus_per_replica
@@ -145,7 +184,7 @@ def infeasible(
                 Alternative(
                     kind=AlternativeKind.QUANTIZED_CHECKPOINT,
                     description=f"a 4-bit AWQ/GPTQ checkpoint of {arch.name} (spec.model.name of "
-                    f"the quantised repo){raise_tp}: TP={q_tp} fits "
+                    f"the quantised repo){raise_tp}: {q_label} fits "
                     f"{sequences_at(q, intent.p99_context_tokens):.1f} sequences",
                     changes={"quantization": "awq", "tensor_parallel_size": q_tp},
                 )
@@ -155,12 +194,28 @@ def infeasible(
             continue
         result = plan_other(other)
         if result is not None:
-            tp, concurrency = result
+            label, concurrency = result
             alternatives.append(
                 Alternative(
                     kind=AlternativeKind.OTHER_GPU_TYPE,
-                    description=f"{other.label}: TP={tp} fits {concurrency:.1f} sequences",
+                    description=f"{other.label}: {label} fits {concurrency:.1f} sequences",
                     changes={"gpuType": other.label},
+                )
+            )
+    if more_nodes is not None:
+        found = _fewest_nodes(
+            more_nodes, nodes + 1, min(MAX_NODES_PER_REPLICA, arch.num_hidden_layers)
+        )
+        if found is not None:
+            pp, spread = found
+            tp = spread.args.tensor_parallel_size
+            alternatives.append(
+                Alternative(
+                    kind=AlternativeKind.MORE_NODES,
+                    description=f"raise spec.placement.maxNodesPerReplica to {pp}: TP={tp} "
+                    f"within each node and PP={pp} across {pp} nodes fits "
+                    f"{sequences_at(spread, intent.p99_context_tokens):.1f} sequences",
+                    changes={"maxNodesPerReplica": pp, "tensor_parallel_size": tp},
                 )
             )
     if last is not None and last.fits and last.kv_cache_tokens >= intent.p99_context_tokens:
@@ -168,8 +223,8 @@ def infeasible(
         alternatives.append(
             Alternative(
                 kind=AlternativeKind.LOWER_CONCURRENCY,
-                description=f"lower spec.workload.concurrency to {most}: TP="
-                f"{last.args.tensor_parallel_size} holds {most} sequences of "
+                description=f"lower spec.workload.concurrency to {most}: "
+                f"{layout_label(last)} holds {most} sequences of "
                 f"{intent.p99_context_tokens} tokens (the context is never cut)",
                 changes={"concurrency": most},
             )

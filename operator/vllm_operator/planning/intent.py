@@ -54,7 +54,17 @@ class PlanIntent(BaseModel):
     latency_profile: LatencyProfile = LatencyProfile.INTERACTIVE
     max_gpu_memory_utilization: float = Field(default=0.90, gt=0, le=0.98)
     memory_headroom_fraction: float = Field(default=0.0, ge=0, le=0.5)
-    max_gpus_per_replica: int = Field(default=8, ge=1)
+    max_gpus_per_replica: int = Field(
+        default=8,
+        ge=1,
+        description="Largest tensor-parallel size: GPUs of one node a replica may use (the "
+        "controller lowers it to the node's GPU count).",
+    )
+    max_nodes_per_replica: int = Field(
+        default=1,
+        ge=1,
+        description="Most pipeline stages, one per node; 1 keeps the replica on one node.",
+    )
     dtype: str = "auto"
     quantization: str | None = None
     vllm_version: str = DEFAULT_VLLM_VERSION
@@ -81,6 +91,7 @@ class PlanIntent(BaseModel):
             max_gpu_memory_utilization=spec.safety.max_gpu_memory_utilization,
             memory_headroom_fraction=spec.safety.memory_headroom_fraction,
             max_gpus_per_replica=spec.placement.max_gpus_per_replica,
+            max_nodes_per_replica=spec.placement.max_nodes_per_replica,
             dtype=spec.model.dtype.value,
             quantization=spec.model.quantization,
             vllm_version=spec.vllm.version or DEFAULT_VLLM_VERSION,

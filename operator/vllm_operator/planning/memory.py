@@ -197,6 +197,29 @@ class HybridLayout(BaseModel):
         return self.attention_groups * attention + self.state_groups * self.state_blocks_per_seq
 
 
+class StageMemory(BaseModel):
+    """One pipeline stage's rank: what it holds and how many KV blocks its memory would allow.
+
+    Each stage profiles its own memory (its layers, embeddings on the first, the final norm,
+    lm_head and the sampler on the last) and vLLM then gives every rank the smallest block count
+    of all (v1/core/kv_cache_planning.py get_kv_cache_configs, 0.33.0: "Change the num_blocks of
+    each rank to the smallest among all ranks"), so the KV cache a stage allocates is that
+    minimum times its own bytes per block, never more than its own free memory.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    stage: int = Field(ge=0)
+    layers: int = Field(ge=0)
+    weights_gib: float
+    activation_gib: float
+    cuda_graph_gib: float
+    kv_free_gib: float = Field(description="Budget left for the KV cache on this stage.")
+    kv_cache_gib: float = Field(description="KV cache allocated: the replica's blocks here.")
+    kv_bytes_per_token: int
+    num_gpu_blocks: int = Field(description="Blocks this stage alone would hold.")
+
+
 class MemoryEstimate(BaseModel):
     """vLLM's startup memory profile as predicted for the rank that bounds the KV cache."""
 
@@ -230,6 +253,11 @@ class MemoryEstimate(BaseModel):
         description="Predicted failures after the KV cache is allocated (graph capture, "
         "sampler warm-up): the KV figure stands, but vLLM may stop before serving.",
     )
+    stages: list[StageMemory] = Field(
+        default_factory=list,
+        description="Per pipeline stage (one entry without pipeline parallelism); the fields "
+        "above are the stage with the fewest blocks.",
+    )
 
 
 # ------------------------------------------------------------------------------------ weights
@@ -245,10 +273,18 @@ def dtype_bytes(dtype: str) -> int:
         ) from None
 
 
-def _layers_per_stage(layers: int, pp: int) -> list[int]:
-    """vLLM's even split (get_pp_indices): the remainder goes to the last stages."""
+def layers_per_stage(layers: int, pp: int) -> list[int]:
+    """Decoder layers per pipeline stage, as vLLM splits them.
+
+    vllm/distributed/utils.py get_pp_indices (same code in 0.11.0 and 0.33.0): every stage gets
+    layers // pp, and the remainder goes one each to the stages before the last, starting from
+    the second-to-last (`for i in range(2, remaining_layers + 2): partitions[-i] += 1`): the last
+    stage holds the final norm and lm_head, so it is spared the extra layer. 61 layers on 2
+    stages: [31, 30]; 126 on 4: [31, 32, 32, 31]. VLLM_PP_LAYER_PARTITION overrides it; the
+    operator does not set it.
+    """
     base, rem = divmod(layers, pp)
-    return [base + (1 if i >= pp - rem else 0) for i in range(pp)]
+    return [base + (1 if pp - 1 - rem <= i < pp - 1 else 0) for i in range(pp)]
 
 
 def _attention_params(arch: Architecture, tp: int, layer: int = 0) -> tuple[float, float]:
@@ -488,7 +524,7 @@ def weights_bytes(
 ) -> float:
     """Weight bytes on one rank of PP stage `stage` (embeddings first stage, lm_head last)."""
     unq = dtype_bytes(dtype)
-    layers = _layers_per_stage(arch.num_hidden_layers, pp)
+    layers = layers_per_stage(arch.num_hidden_layers, pp)
     first = sum(layers[:stage])
     total = 0.0
     for layer in range(first, first + layers[stage]):
@@ -976,6 +1012,13 @@ def resolve_args(
     version = VllmVersion.parse(args.vllm_version)
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     check_tensor_parallel(arch, tp)
+    if pp > arch.num_hidden_layers:
+        # get_pp_indices would leave a stage without a layer; no layout the operator runs
+        raise PlanningInputError(
+            "pipeline_parallel_size",
+            f"{pp} stages for the {arch.num_hidden_layers} layers of {arch.name}; use at most "
+            f"{arch.num_hidden_layers}",
+        )
     kv_dtype = args.kv_cache_dtype
     fp8_kv = kv_dtype in KV_DTYPES_FP8 or kv_dtype == "fp8_ds_mla"
     if fp8_kv and not gpu.fp8_kv:
@@ -1107,7 +1150,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         elif sem.counts_cuda_context or sem.era is ProfilerEra.V0_DEVICE_DELTA:
             budget -= max(0.0, total - gpu.measured_free_gib)  # other tenants count against it
     nt = non_torch_gib(sem, resolved, gpu.compute_capability)
-    stages = _layers_per_stage(arch.num_hidden_layers, pp)
+    stages = layers_per_stage(arch.num_hidden_layers, pp)
     best: tuple[int, float, float, float, float, int] | None = None
     best_layout: HybridLayout | None = None
     layout: HybridLayout | None = None
@@ -1121,6 +1164,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
             update={"linear_layers": 0, "num_kv_shared_layers": 0, "global_head_dim": None}
         )
         draft_kv = kv_bytes_per_token(plain, tp=tp, layers=n_draft, kv_dtype_bytes=kv_b)
+    per_stage: list[tuple[int, int, float, float, float, float, int, int]] = []
     for stage, layers in enumerate(stages):
         last = stage == pp - 1
         w = (
@@ -1158,14 +1202,30 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
                 spec_tokens=resolved.num_speculative_tokens,
                 prefix_caching=resolved.enable_prefix_caching is not False,
             )
-            blocks = max(0, math.floor(kv * GIB / layout.bytes_per_block))
+            block_bytes = layout.bytes_per_block
         else:
-            blocks = max(0, math.floor(kv * GIB / (resolved.block_size * per_token)))
+            block_bytes = resolved.block_size * per_token
+        blocks = max(0, math.floor(kv * GIB / block_bytes))
+        per_stage.append((layers, per_token, w, act, cg, kv, blocks, block_bytes))
         if best is None or blocks < best[5]:
             best = (per_token, w, act, cg, kv, blocks)
             best_layout = layout
     assert best is not None
     per_token, w, act, cg, kv, blocks = best
+    stage_memory = [
+        StageMemory(
+            stage=i,
+            layers=n,
+            weights_gib=round(sw, 4),
+            activation_gib=round(sa, 4),
+            cuda_graph_gib=round(sc, 4),
+            kv_free_gib=round(max(skv, 0.0), 4),
+            kv_cache_gib=round(blocks * sbb / GIB, 4),
+            kv_bytes_per_token=spt,
+            num_gpu_blocks=sb,
+        )
+        for i, (n, spt, sw, sa, sc, skv, sb, sbb) in enumerate(per_stage)
+    ]
     tokens = blocks * resolved.block_size
     concurrency = tokens / resolved.max_model_len
     if arch.is_hybrid:
@@ -1236,4 +1296,5 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         reasons=reasons,
         startup_warnings=startup,
         hybrid_layout=best_layout,
+        stages=stage_memory,
     )

@@ -3,8 +3,11 @@
 `plan_pool` is what the controller calls per GPU type: a pure function of the intent, the GPU,
 the architecture and (optionally) a measured free-memory budget. It searches the smallest tensor
 parallel size whose memory estimate (planning.memory, the same model `estimate` uses) holds the
-requested concurrency at the P99 context, and explains every choice. When nothing fits it returns
-Infeasible with the reasons and concrete alternatives; it never cuts the requested context.
+requested concurrency at the P99 context, and explains every choice. When one node cannot hold it
+and the intent allows more nodes per replica, it splits the model into pipeline stages, one per
+node, each tensor-parallel within its node: the fewest nodes first, then the fewest GPUs
+(docs/planning-model.md, "Multi-node layouts"). When nothing fits it returns Infeasible with the
+reasons and concrete alternatives; it never cuts the requested context.
 """
 
 import math
@@ -15,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from vllm_operator.api.engine_args import PlannedArgs
 from vllm_operator.api.spec import LatencyProfile, PrefixCaching, VLLMServiceSpec
 from vllm_operator.api.status import MemoryBreakdown as StatusMemory
+from vllm_operator.api.status import PoolLayout as StatusLayout
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
+from vllm_operator.api.status import StageMemory as StatusStage
 from vllm_operator.catalog.architectures import Architecture
 from vllm_operator.catalog.gpus import GpuFacts
 from vllm_operator.planning.alternatives import (
@@ -30,6 +35,7 @@ from vllm_operator.planning.memory import (
     EngineArgs,
     GpuMemory,
     MemoryEstimate,
+    StageMemory,
     cuda_graph_gib,
     estimate_memory,
     post_kv_slack_gib,
@@ -66,6 +72,40 @@ class MemoryBreakdown(BaseModel):
     budget_source: str
 
 
+class Layout(BaseModel):
+    """How a multi-node replica is laid out: one pipeline stage per node, each stage
+    tensor-parallel over `gpus_per_node` GPUs of its node (one pod per node)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: int = Field(ge=2)
+    tensor_parallel_size: int = Field(ge=1)
+    pipeline_parallel_size: int = Field(ge=2)
+    gpus_per_node: int = Field(ge=1, description="GPUs the replica's pod uses on each node.")
+    stages: list[StageMemory]
+
+    def to_status(self) -> StatusLayout:
+        return StatusLayout(
+            nodes=self.nodes,
+            tensor_parallel_size=self.tensor_parallel_size,
+            pipeline_parallel_size=self.pipeline_parallel_size,
+            gpus_per_node=self.gpus_per_node,
+            stages=[
+                StatusStage(
+                    stage=s.stage,
+                    layers=s.layers,
+                    weights_gib=round(s.weights_gib, 2),
+                    activation_gib=round(s.activation_gib, 2),
+                    cuda_graph_gib=round(s.cuda_graph_gib, 2),
+                    kv_free_gib=round(s.kv_free_gib, 2),
+                    kv_cache_gib=round(s.kv_cache_gib, 2),
+                    num_gpu_blocks=s.num_gpu_blocks,
+                )
+                for s in self.stages
+            ],
+        )
+
+
 class PoolPlan(BaseModel):
     """Engine arguments for one GPU type, keyed by vLLM field names, with the reasons."""
 
@@ -77,6 +117,9 @@ class PoolPlan(BaseModel):
     engine_args: PlannedArgs
     memory: MemoryBreakdown
     reasons: list[str]
+    layout: Layout | None = Field(
+        default=None, description="Set only for a multi-node plan (pipeline_parallel_size > 1)."
+    )
 
     @property
     def feasible(self) -> bool:
@@ -101,6 +144,7 @@ class PoolPlan(BaseModel):
                 budget_source=m.budget_source,
             ),
             reasons=list(self.reasons),
+            layout=self.layout.to_status() if self.layout is not None else None,
         )
 
 
@@ -173,12 +217,14 @@ def _estimate(
     batched: int | None,
     kv_dtype: str,
     dtype: str,
+    pp: int = 1,
 ) -> MemoryEstimate:
     return estimate_memory(
         arch,
         gpu,
         EngineArgs(
             tensor_parallel_size=tp,
+            pipeline_parallel_size=pp,
             gpu_memory_utilization=util,
             max_model_len=max_len,
             max_num_seqs=seqs,
@@ -296,9 +342,11 @@ def _search(
     tp_limit: int,
     margin: float = 0.0,
     only_tp: int | None = None,
+    pp: int = 1,
 ) -> tuple[MemoryEstimate | None, list[str], MemoryEstimate | None, MemoryEstimate | None]:
     """Smallest TP (and, if needed, a smaller prefill chunk) that fits; notes per TP tried.
 
+    `pp` > 1: the same search for `pp` pipeline stages (nodes), TP within each node.
     A TP whose configuration an engine measured (`intent.observations`) is judged by the measured
     KV capacity, not the model's; the fourth value is the first such estimate that does not hold
     the target (the planner then lowers max_num_seqs there if no TP fits).
@@ -321,6 +369,7 @@ def _search(
             batched=batched,
             kv_dtype=kv_dtype,
             dtype=dtype,
+            pp=pp,
         )
         loose = _observed(est, intent, any_batch=True) if intent.observations else None
         if (
@@ -337,6 +386,7 @@ def _search(
     for tp in _tp_candidates(arch, tp_limit):
         if only_tp is not None and tp != only_tp:
             continue
+        label = f"TP={tp}" if pp == 1 else f"TP={tp} PP={pp} ({pp} nodes)"
         probe = _estimate(
             arch,
             gpu,
@@ -348,6 +398,7 @@ def _search(
             batched=None,
             kv_dtype=kv_dtype,
             dtype=dtype,
+            pp=pp,
         )
         batched = _batched_tokens(
             intent, probe.engine, probe.args.enable_chunked_prefill, max_len, intent.concurrency
@@ -365,12 +416,12 @@ def _search(
         measured = " (measured by the engine)" if obs is not None else ""
         if est.kv_cache_gib <= 0:
             notes.append(
-                f"TP={tp}: weights ({est.weights_gib:.2f} GiB per GPU) leave no room "
+                f"{label}: weights ({est.weights_gib:.2f} GiB per GPU) leave no room "
                 "for the KV cache"
             )
         else:
             notes.append(
-                f"TP={tp} fits {conc:.1f} sequences of {intent.p99_context_tokens} "
+                f"{label} fits {conc:.1f} sequences of {intent.p99_context_tokens} "
                 f"tokens{measured} (target {intent.concurrency})"
             )
         last = est
@@ -388,11 +439,14 @@ def plan_pool(
     *,
     measured_free_mib: float | None = None,
     other_gpus: tuple[GpuFacts, ...] = (),
+    alternatives: bool = True,
 ) -> PlanResult:
     """Engine arguments for one GPU type, or Infeasible with reasons and alternatives.
 
     `measured_free_mib`: free memory an NVML probe measured on this GPU type (a later issue);
     when given it caps gpu_memory_utilization and the breakdown records it as the budget source.
+    `alternatives=False`: an Infeasible without alternatives, for a caller that only asks
+    whether the intent fits (another GPU type's alternative), sparing their searches.
     """
     gpu = gpu_memory(gpu_facts, measured_free_mib=measured_free_mib)
     version = intent.vllm_version
@@ -452,6 +506,26 @@ def plan_pool(
         kv_dtype="auto",
         tp_limit=intent.max_gpus_per_replica,
     )
+    pp = 1
+    if est is None and intent.max_nodes_per_replica > 1:
+        # Fewest nodes first, then (inside _search) the fewest GPUs per node: a stage never
+        # spans nodes, so TP stays within maxGPUsPerReplica (the node's GPUs) on every node.
+        for nodes in range(2, min(intent.max_nodes_per_replica, arch.num_hidden_layers) + 1):
+            est, pp_notes, _, _ = _search(
+                arch,
+                gpu,
+                intent,
+                util=util,
+                max_len=max_len,
+                dtype=dtype,
+                kv_dtype="auto",
+                tp_limit=intent.max_gpus_per_replica,
+                pp=nodes,
+            )
+            tp_notes += pp_notes
+            if est is not None:
+                pp = nodes
+                break
     margin, margin_why = kv_error_margin(version, arch)
     fidelity: list[str] = []
     within_error = False
@@ -475,25 +549,34 @@ def plan_pool(
             tp_limit=intent.max_gpus_per_replica,
             margin=margin,
             only_tp=est.args.tensor_parallel_size,
+            pp=pp,
         )
         fidelity = _fidelity_reasons(safe, est, intent, margin, margin_why)
         within_error = safe is None
         est = safe or est
+    if est is None and not alternatives:
+        return Infeasible(gpu_type=gpu_facts.label, vllm_version=version, reasons=notes + tp_notes)
     if est is None:
 
         def search(
             arch: Architecture, intent: PlanIntent, dtype: str, kv_dtype: str, tp_limit: int
         ) -> MemoryEstimate | None:
-            return _search(
-                arch,
-                gpu,
-                intent,
-                util=util,
-                max_len=max_len,
-                dtype=dtype,
-                kv_dtype=kv_dtype,
-                tp_limit=tp_limit,
-            )[0]
+            # As the plan itself searches: one node, then up to maxNodesPerReplica stages.
+            for nodes in range(1, min(intent.max_nodes_per_replica, arch.num_hidden_layers) + 1):
+                found = _search(
+                    arch,
+                    gpu,
+                    intent,
+                    util=util,
+                    max_len=max_len,
+                    dtype=dtype,
+                    kv_dtype=kv_dtype,
+                    tp_limit=tp_limit,
+                    pp=nodes,
+                )[0]
+                if found is not None:
+                    return found
+            return None
 
         return infeasible(
             intent,
@@ -505,6 +588,17 @@ def plan_pool(
             notes=notes + tp_notes,
             last=last,
             other_gpus=other_gpus,
+            more_nodes=lambda nodes: _search(
+                arch,
+                gpu,
+                intent,
+                util=util,
+                max_len=max_len,
+                dtype=dtype,
+                kv_dtype="auto",
+                tp_limit=intent.max_gpus_per_replica,
+                pp=nodes,
+            )[0],
         )
     conc = sequences_at(est, intent.p99_context_tokens)
     promised = conc * (1.0 - margin) if within_error else conc
@@ -521,6 +615,7 @@ def plan_pool(
             batched=est.args.max_num_batched_tokens,
             kv_dtype=est.args.kv_cache_dtype,
             dtype=est.args.dtype,
+            pp=pp,
         ).kv_cache_tokens
     seqs_reason = (
         f"max_num_seqs = concurrency target {intent.concurrency}; {conc:.1f} sequences of "
@@ -546,14 +641,29 @@ def plan_pool(
             f"enable_prefix_caching = {str(prefix).lower()} (spec.workload.prefixCaching)"
         )
     args = est.args
+    layout_reasons = [
+        f"tensor_parallel_size = {args.tensor_parallel_size}: the smallest that holds the target"
+    ]
+    layout: Layout | None = None
+    if pp > 1:
+        layout = Layout(
+            nodes=pp,
+            tensor_parallel_size=args.tensor_parallel_size,
+            pipeline_parallel_size=pp,
+            gpus_per_node=args.tensor_parallel_size,
+            stages=est.stages,
+        )
+        layout_reasons = _layout_reasons(intent, est, pp)
     reasons = [
         *notes,
         *(tp_notes if len(tp_notes) > 1 else []),
-        f"tensor_parallel_size = {args.tensor_parallel_size}: "
-        + (
-            "the size the engine's capacity was measured at"
+        *(
+            [
+                f"tensor_parallel_size = {args.tensor_parallel_size}: the size the engine's "
+                "capacity was measured at"
+            ]
             if lowered_by_observation
-            else "the smallest that holds the target"
+            else layout_reasons
         ),
         *util_reasons,
         len_reason,
@@ -580,6 +690,7 @@ def plan_pool(
     ]
     engine_args = PlannedArgs(
         tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=pp if pp > 1 else None,
         gpu_memory_utilization=args.gpu_memory_utilization,
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
@@ -612,6 +723,7 @@ def plan_pool(
             budget_source="probe" if measured_free_mib is not None else "catalog",
         ),
         reasons=reasons,
+        layout=layout,
     )
 
 
@@ -634,6 +746,7 @@ def _lower_seqs(
         batched=a.max_num_batched_tokens,
         kv_dtype=a.kv_cache_dtype,
         dtype=a.dtype,
+        pp=a.pipeline_parallel_size,
     )
     obs = _observed(est, intent)
     return _with_observation(est, obs) if obs is not None else short
@@ -649,6 +762,25 @@ def _observation_reason(obs: ObservedKv, predicted: int | None) -> str:
         dev = (obs.kv_cache_tokens - predicted) / predicted * 100
         text += f"; the memory model predicted {predicted} ({dev:+.1f} %)"
     return text
+
+
+def _layout_reasons(intent: PlanIntent, est: MemoryEstimate, pp: int) -> list[str]:
+    """Why this multi-node layout: one node was not enough, how vLLM splits the layers, and
+    which stage bounds the KV cache (vLLM gives every rank the smallest block count)."""
+    tp = est.args.tensor_parallel_size
+    split = ", ".join(str(s.layers) for s in est.stages)
+    tight = min(est.stages, key=lambda s: s.num_gpu_blocks)
+    return [
+        f"one node does not hold the target with up to {intent.max_gpus_per_replica} GPUs; "
+        f"spec.placement.maxNodesPerReplica {intent.max_nodes_per_replica} allows more",
+        f"tensor_parallel_size = {tp} within each node, pipeline_parallel_size = {pp} across "
+        f"{pp} nodes ({tp * pp} GPUs): the fewest nodes, then the fewest GPUs, that hold the "
+        "target",
+        f"layers per stage {split} (vLLM get_pp_indices); embeddings on stage 0, final norm, "
+        f"lm_head and sampler on stage {pp - 1}",
+        f"KV cache bounded by stage {tight.stage} ({tight.num_gpu_blocks} blocks): vLLM gives "
+        "every stage the smallest block count",
+    ]
 
 
 def _fidelity_reasons(
@@ -690,12 +822,19 @@ def _batched_default(intent: PlanIntent) -> int:
 
 def _fit_elsewhere(
     intent: PlanIntent, gpu: GpuFacts, arch: Architecture
-) -> tuple[int, float] | None:
-    """TP and concurrency at P99 of the plan on another GPU type, when the intent fits there."""
+) -> tuple[str, float] | None:
+    """Layout ('TP=4', 'TP=8 PP=2') and concurrency at P99 of the plan on another GPU type,
+    when the intent fits there."""
     # Observations belong to the GPU type they were measured on.
-    result = plan_pool(intent.model_copy(update={"observations": ()}), gpu, arch)
+    result = plan_pool(
+        intent.model_copy(update={"observations": ()}), gpu, arch, alternatives=False
+    )
     if isinstance(result, PoolPlan):
-        return result.engine_args.tensor_parallel_size, result.memory.concurrency_at_p99
+        args = result.engine_args
+        label = f"TP={args.tensor_parallel_size}"
+        if args.pipeline_parallel_size is not None:
+            label += f" PP={args.pipeline_parallel_size}"
+        return label, result.memory.concurrency_at_p99
     return None
 
 
