@@ -6,9 +6,16 @@ in the data files comes from the release's own source:
 
 * flags: vLLM's real ``vllm serve`` parser, built by executing the release's code
   (vllm_introspect.py, in a small venv, heavy dependencies replaced by stand-ins);
+* values of JSON/dict-typed flags: how the parser reads them (``json`` = json.loads,
+  ``dataclass`` = pydantic validation against a config class, ``json_or_str``) and the config
+  classes' fields, types and extra-key policy (``config_classes``), read off the live classes;
+* argv forms: what the release's FlexibleArgumentParser rewrites (dotted ``--x.key=v``, ``-O3``,
+  ``-O 3``), probed by running its own ``parse_args`` (``argv_forms``);
 * value sets argparse does not enforce (``--quantization`` from 0.9, ``--kv-cache-dtype`` in
   0.33): the ``Literal`` aliases vLLM validates against at startup, read with ``ast``;
-* metrics: ``ast`` scan for Prometheus collectors named ``vllm:*``;
+* metrics: ``ast`` scan for Prometheus collectors named ``vllm:*``, by literal name or through
+  string constants and lists of names (``Enum``-style classes of names, ``for name, doc in
+  [...]``) whose collector kind is given where they are used;
 * engine generation: ``vllm/envs.py`` (``VLLM_USE_V1`` default) and the presence of the V0
   worker / V1 engine modules;
 * command: whether the wheel declares the ``vllm`` console script.
@@ -213,6 +220,8 @@ def _collector_kind(func: ast.AST) -> str | None:
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     low = name.lower()
     for needle, kind in COLLECTOR_KINDS:
+        if needle == "info" and not (name.endswith("Info") or "info_cls" in low):
+            continue  # ``metrics_info()``, ``logger.info``: not prometheus_client.Info
         if needle in low:
             return kind
     return None
@@ -293,6 +302,14 @@ def exposed_name(name: str, kind: str) -> str:
     return name
 
 
+def _engine_of(rel: str) -> str:
+    """The V0 engine's stats live in vllm/engine/, the V1 engine's in vllm/v1/; others (KV
+    connectors, sleep mode, ...) are shared by whichever engine runs."""
+    if rel.startswith("vllm/v1/"):
+        return "v1"
+    return "v0" if rel.startswith("vllm/engine/") else "shared"
+
+
 def scan_metrics(src: Path) -> dict[str, dict[str, Any]]:
     metrics: dict[str, dict[str, Any]] = {}
     for path in sorted((src / "vllm").rglob("*.py")):
@@ -300,15 +317,7 @@ def scan_metrics(src: Path) -> dict[str, dict[str, Any]]:
         if "vllm:" not in text:
             continue
         rel = path.relative_to(src).as_posix()
-        # The V0 engine's stats live in vllm/engine/, the V1 engine's in vllm/v1/; others
-        # (KV connectors, sleep mode, ...) are shared by whichever engine runs.
-        engine = (
-            "v1"
-            if rel.startswith("vllm/v1/")
-            else "v0"
-            if rel.startswith("vllm/engine/")
-            else "shared"
-        )
+        engine = _engine_of(rel)
         visitor = _MetricVisitor(engine)
         visitor.visit(ast.parse(text))
         for name, info in visitor.found.items():
@@ -322,10 +331,130 @@ def scan_metrics(src: Path) -> dict[str, dict[str, Any]]:
                 entry["engines"].append(engine)
             entry["hidden"][engine] = entry["hidden"].get(engine, True) and info["hidden"]
             entry["deprecated"] = entry["deprecated"] or info["deprecated"]
+    for name, (kind, rel) in sorted(scan_metric_constants(src).items()):
+        engine = _engine_of(rel)
+        key = exposed_name(name, kind)
+        entry = metrics.setdefault(
+            key, {"type": kind, "engines": [], "hidden": {}, "deprecated": False}
+        )
+        if engine not in entry["engines"]:
+            entry["engines"].append(engine)
+        entry["hidden"].setdefault(engine, False)
     for entry in metrics.values():
         entry["engines"].sort()
         entry["hidden_in"] = sorted(e for e, h in entry.pop("hidden").items() if h)
     return metrics
+
+
+def _kind_word(node: ast.AST | None) -> str | None:
+    """Collector kind named by an expression's head: ``Counter(...)``, ``self._gauge_x``,
+    ``OffloadingHistogramMetadata(...)``, ``stats.increase_counter``."""
+    while isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, (ast.Attribute, ast.Name)):
+        return _collector_kind(node)
+    return None
+
+
+def _const_key(node: ast.AST) -> str | None:
+    """``NAME`` or ``Class.NAME`` (the last two parts of a dotted reference)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        if isinstance(node.value, ast.Name):
+            return f"{node.value.id}.{node.attr}"
+        if isinstance(node.value, ast.Attribute):
+            return f"{node.value.attr}.{node.attr}"
+    return None
+
+
+def _metric_constants(trees: dict[str, ast.Module]) -> dict[str, tuple[str, str]]:
+    """``NAME = "vllm:x"`` at module level and in class bodies -> (name, defining file)."""
+    out: dict[str, tuple[str, str]] = {}
+    for rel, tree in trees.items():
+        scopes: list[tuple[str, list[ast.stmt]]] = [("", tree.body)]
+        scopes += [(f"{n.name}.", n.body) for n in tree.body if isinstance(n, ast.ClassDef)]
+        for prefix, body in scopes:
+            for node in body:
+                targets: list[ast.expr] = []
+                if isinstance(node, ast.Assign):
+                    targets, value = node.targets, node.value
+                elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                    targets, value = [node.target], node.value
+                else:
+                    continue
+                if not (
+                    isinstance(value, ast.Constant)
+                    and isinstance(value.value, str)
+                    and METRIC_NAME.match(value.value)
+                ):
+                    continue
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        out[prefix + target.id] = (value.value, rel)
+    return out
+
+
+def scan_metric_constants(src: Path) -> dict[str, tuple[str, str]]:
+    """Metric names registered through constants and lists, not literal collector calls.
+
+    Two shapes in vLLM's source (0.33 has ~44 such names): a constant (``X = "vllm:x"``,
+    often in a class of names) whose kind shows where it is used -- a collector call or a
+    stats call (``increase_counter(C.X)``), or a dict of definitions
+    (``{C.X: OffloadingHistogramMetadata(...)}``); and a list of names in a function that
+    builds collectors in a loop (``for name, doc in specs: self._counter_cls(name=name)``).
+    Returns exposed-name candidates: name -> (kind, defining file).
+    """
+    trees: dict[str, ast.Module] = {}
+    for path in sorted((src / "vllm").rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if "vllm:" in text or "Metric" in text or "metric" in text:
+            trees[path.relative_to(src).as_posix()] = ast.parse(text)
+    constants = _metric_constants(trees)
+    found: dict[str, tuple[str, str]] = {}
+
+    def resolve(node: ast.AST) -> tuple[str, str] | None:
+        key = _const_key(node)
+        return constants.get(key) if key else None
+
+    for rel, tree in trees.items():
+        for node in ast.walk(tree):
+            evidence: list[tuple[ast.AST, ast.AST | None]] = []
+            if isinstance(node, ast.Dict):
+                evidence += [(k, v) for k, v in zip(node.keys, node.values, strict=True) if k]
+            elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript):
+                evidence.append((node.targets[0].slice, node.value))
+            elif isinstance(node, ast.Call):
+                refs = list(node.args) + [kw.value for kw in node.keywords if kw.arg == "name"]
+                evidence += [(r, node) for r in refs]
+            for ref, value in evidence:
+                const = resolve(ref)
+                kind = _kind_word(value)
+                if const and kind and const[0] not in found:
+                    found[const[0]] = (kind, const[1])
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names: list[str] = []
+                kinds: list[str] = []
+                for sub in ast.walk(node):
+                    if isinstance(sub, (ast.List, ast.Tuple)):
+                        for elt in sub.elts:
+                            first = elt.elts[0] if isinstance(elt, ast.Tuple) and elt.elts else elt
+                            if (
+                                isinstance(first, ast.Constant)
+                                and isinstance(first.value, str)
+                                and METRIC_NAME.match(first.value)
+                            ):
+                                names.append(first.value)
+                    if isinstance(sub, ast.Call):
+                        kind = _collector_kind(sub.func)
+                        named = [kw.value for kw in sub.keywords if kw.arg == "name"]
+                        named += sub.args[:1]
+                        if kind and any(isinstance(n, ast.Name) for n in named):
+                            kinds.append(kind)
+                if names and len(set(kinds)) == 1:
+                    for name in names:
+                        found.setdefault(name, (kinds[0], rel))
+    return found
 
 
 def scan_labels(src: Path) -> dict[str, list[str]]:
@@ -427,6 +556,10 @@ def build_entry(version: str) -> dict[str, Any]:
             f"degraded modules: {dumped['degraded']}"
         )
     add_value_sets(src, flags)
+    schemas = dumped["value_schemas"]
+    for flag, value in schemas["flags"].items():
+        if flag in flags:
+            flags[flag]["json_value"] = value
     return {
         "schema": SCHEMA_VERSION,
         "version": version,
@@ -440,6 +573,8 @@ def build_entry(version: str) -> dict[str, Any]:
             "degraded_modules": sorted(dumped["degraded"]),
         },
         "flags": dict(sorted(flags.items())),
+        "config_classes": schemas["classes"],
+        "argv_forms": dumped["argv_forms"],
         "metrics": dict(sorted(scan_metrics(src).items())),
         "metric_labels": scan_labels(src),
     }
@@ -472,7 +607,7 @@ def write_json(path: Path, data: Any) -> None:
     for i, key in enumerate(keys):
         comma = "," if i < len(keys) - 1 else ""
         value = data[key]
-        if key in ("flags", "metrics"):
+        if key in ("flags", "metrics", "config_classes"):
             lines.append(f" {dump(key)}:{{")
             items = sorted(value.items())
             for j, (name, entry) in enumerate(items):

@@ -583,6 +583,332 @@ def dump(parser: argparse.ArgumentParser) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# Value schemas of JSON/dict-typed flags and the argv forms the parser rewrites
+# ---------------------------------------------------------------------------------------------
+
+
+def _dataclass_of(fn: Any, depth: int = 0) -> Any:
+    """The config class behind an argparse ``type=`` (``parse_dataclass(val, cls=X)``)."""
+    import dataclasses
+
+    if fn is None or depth > 4:
+        return None
+    for default in getattr(fn, "__defaults__", None) or ():
+        if isinstance(default, type) and dataclasses.is_dataclass(default):
+            return default
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            val = cell.cell_contents
+        except ValueError:
+            continue
+        if callable(val):
+            found = _dataclass_of(val, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _parse_kind(fn: Any) -> str | None:
+    """How a JSON-ish flag's value is parsed: dataclass, json (json.loads) or json_or_str."""
+    if fn is None:
+        return None
+    if _dataclass_of(fn) is not None:
+        return "dataclass"
+    name = str(_type_name(fn))
+    if "union_dict_and_str" in name:
+        return "json_or_str"
+    if name.split(":")[-1] == "loads" or name.endswith("loads"):
+        return "json"
+    return None
+
+
+def _type_spec(hint: Any, classes: dict[str, Any], depth: int = 0) -> dict[str, Any]:
+    """A type hint as the small vocabulary the catalog stores: JSON types, enum, config class.
+
+    ``types`` lists the JSON kinds pydantic accepts for the field (object, array, str, int, float,
+    bool, null, any); ``enum`` the allowed values of a Literal / Enum; ``config`` the nested
+    config class whose keys apply to an object value.
+    """
+    import dataclasses
+    import enum
+    import typing
+
+    types_: set[str] = set()
+    enum_values: list[Any] = []
+    config_name: str | None = None
+    has_enum = False
+    only_enum = True  # False once a member is neither a Literal nor None
+
+    def walk(h: Any, d: int) -> None:
+        nonlocal config_name, has_enum, only_enum
+        if d > 8:
+            types_.add("any")
+            return
+        origin = typing.get_origin(h)
+        args = typing.get_args(h)
+        if h is type(None) or h is None:
+            types_.add("null")
+            return
+        if origin is typing.Annotated:
+            walk(args[0], d + 1)
+            return
+        if origin is typing.Union or type(h).__name__ == "UnionType":
+            for a in args:
+                walk(a, d + 1)
+            return
+        if origin is typing.Literal:
+            has_enum = True
+            for a in args:
+                enum_values.append(_jsonable(a))
+                types_.add({bool: "bool", int: "int", float: "float"}.get(type(a), "str"))
+            return
+        only_enum = False
+        if isinstance(h, type) and issubclass(h, enum.Enum):
+            # Enums often take names as well as values through validators: not enforced.
+            types_.add("any")
+            return
+        if h is bool:
+            types_.add("bool")
+        elif h is int:
+            types_.add("int")
+        elif h is float:
+            types_.update({"float", "int"})
+        elif h is str:
+            types_.add("str")
+        elif isinstance(h, type) and dataclasses.is_dataclass(h):
+            types_.add("object")
+            config_name = h.__name__
+            _collect_class(h, classes, d + 1)
+        elif (
+            origin in (dict, typing.Mapping)
+            or h is dict
+            or (isinstance(h, type) and issubclass(h, dict))
+            or typing.is_typeddict(h)
+        ):
+            types_.add("object")
+        elif origin in (list, tuple, set, frozenset) or h in (list, tuple, set, frozenset):
+            types_.add("array")
+        else:
+            origin_name = getattr(origin, "__name__", "")
+            if origin_name in ("Sequence", "Mapping", "MutableMapping", "Iterable"):
+                types_.add("object" if "Mapping" in origin_name else "array")
+            else:
+                types_.add("any")
+
+    walk(hint, depth)
+    out: dict[str, Any] = {"types": sorted(types_)}
+    if has_enum and only_enum and "any" not in types_:
+        out["enum"] = sorted(set(map(json.dumps, enum_values)))
+        out["enum"] = [json.loads(v) for v in out["enum"]]
+    if config_name:
+        out["config"] = config_name
+    return out
+
+
+def _field_default(f: Any) -> Any:
+    """A field's default when it is plain JSON (a value the class accepts by construction)."""
+    import dataclasses
+
+    default = f.default
+    if default is dataclasses.MISSING:
+        return None
+    if type(default).__name__ == "FieldInfo":
+        default = getattr(default, "default", None)
+    if isinstance(default, bool) or (
+        isinstance(default, (int, float, str)) and type(default) in (int, float, str)
+    ):
+        return default
+    return None
+
+
+def _deprecation_note(doc: str | None) -> str | None:
+    """The docstring of a deprecated field, one line (it names the replacement)."""
+    if not doc or "deprecat" not in doc.lower():
+        return None
+    return " ".join(doc.split())[:300]
+
+
+def _collect_class(cls: Any, classes: dict[str, Any], depth: int = 0) -> str:
+    """Record a config class's fields (name -> type spec) and whether unknown keys fail."""
+    import dataclasses
+    import typing
+
+    name = cls.__name__
+    if name in classes:
+        return name
+    classes[name] = {}  # placeholder against recursion
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except Exception:  # a stand-in in an annotation: fall back to the raw annotations
+        hints = {f.name: f.type for f in dataclasses.fields(cls)}
+    docs: dict[str, str] = {}
+    try:  # vLLM's own reader of attribute docstrings (vllm.config.utils, 0.8+)
+        import importlib
+
+        docs = importlib.import_module("vllm.config.utils").get_attr_docs(cls)
+    except Exception:
+        docs = {}
+    fields_out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        fields_out[f.name] = _type_spec(hints.get(f.name, Any), classes, depth + 1)
+        note = _deprecation_note(docs.get(f.name))
+        if note:
+            fields_out[f.name]["deprecation"] = note
+        default = _field_default(f)
+        if default is not None:
+            fields_out[f.name]["default"] = default
+    pyd = getattr(cls, "__pydantic_config__", None) or {}
+    extra = pyd.get("extra") if isinstance(pyd, dict) else None
+    classes[name] = {
+        "module": cls.__module__,
+        "extra": extra or "ignore",
+        "fields": dict(sorted(fields_out.items())),
+    }
+    return name
+
+
+def value_schemas(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """For every flag parsed as JSON: how, and the config class behind its value."""
+    import dataclasses
+    import importlib
+    import typing
+
+    classes: dict[str, Any] = {}
+    flags: dict[str, Any] = {}
+    engine_hints: dict[str, Any] = {}
+    try:
+        arg_utils = importlib.import_module("vllm.engine.arg_utils")
+        engine_args = arg_utils.EngineArgs
+        try:
+            engine_hints = typing.get_type_hints(engine_args, include_extras=True)
+        except Exception:
+            engine_hints = {f.name: f.type for f in dataclasses.fields(engine_args)}
+    except Exception:
+        pass
+    for act in parser._actions:
+        kind = _parse_kind(act.type)
+        longs = [o for o in act.option_strings if o.startswith("--")]
+        if kind is None or not longs:
+            continue
+        entry: dict[str, Any] = {"parse": kind}
+        cls = _dataclass_of(act.type)
+        if cls is not None:
+            entry["config"] = _collect_class(cls, classes)
+            # 0.33+ expands bare 80m / 1k inside the JSON before validating it: probe the
+            # release's own type function with such a value (a JSON error means no expansion).
+            try:
+                act.type('{"zz_probe": 1k}')
+                entry["human_numbers"] = True
+            except Exception as exc:  # noqa: BLE001 - any error type vLLM raises
+                entry["human_numbers"] = "json_invalid" not in repr(exc)
+        elif act.dest in engine_hints:
+            spec = _type_spec(engine_hints[act.dest], classes)
+            entry["expects"] = spec["types"]
+        flags[longs[0]] = entry
+    return {"flags": flags, "classes": dict(sorted(classes.items()))}
+
+
+class _Captured(Exception):
+    def __init__(self, args: list[str]) -> None:
+        self.args_ = args
+
+
+PROBE_MODEL = "probe/model"
+
+
+def _rewrite(top: argparse.ArgumentParser, argv: list[str]) -> list[str] | None:
+    """What FlexibleArgumentParser hands to argparse for ``vllm serve MODEL ARGV``."""
+    orig = argparse.ArgumentParser.parse_args
+
+    def capture(self: Any, args: Any = None, namespace: Any = None) -> Any:
+        raise _Captured(list(args or []))
+
+    argparse.ArgumentParser.parse_args = capture  # type: ignore[method-assign,assignment]
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            top.parse_args(["serve", PROBE_MODEL, *argv])
+    except _Captured as c:
+        out = c.args_
+        return out[2:] if out[:2] == ["serve", PROBE_MODEL] else out
+    except (Exception, SystemExit):
+        return None
+    finally:
+        argparse.ArgumentParser.parse_args = orig  # type: ignore[method-assign]
+    return None
+
+
+def argv_forms(top: argparse.ArgumentParser) -> dict[str, Any]:
+    """The rewrites the release's FlexibleArgumentParser applies before argparse sees argv.
+
+    Probed by running its own ``parse_args`` on synthetic argvs and capturing what it passes on
+    (so nothing about these forms is typed from memory): dotted config keys
+    (``--x.a.b=1`` -> ``--x '{"a": {"b": 1}}'``), their list form (``--x.a+=p,q``), the same on
+    a short alias (``-x.a=1``), and the ``-O`` shorthands (``-O3``, ``-O=3``, ``-O 3``).
+    """
+    forms: dict[str, Any] = {}
+
+    def as_json(tokens: list[str] | None, flag: str) -> Any:
+        if tokens and len(tokens) == 2 and tokens[0] == flag:
+            try:
+                return json.loads(tokens[1])
+            except ValueError:
+                return None
+        return None
+
+    forms["dotted"] = as_json(_rewrite(top, ["--zz-probe.a.b=7"]), "--zz-probe") == {"a": {"b": 7}}
+    forms["dotted_separate"] = as_json(_rewrite(top, ["--zz-probe.a", "7"]), "--zz-probe") == {
+        "a": 7
+    }
+    forms["dotted_short"] = as_json(_rewrite(top, ["-zz.a=7"]), "-zz") == {"a": 7}
+    forms["dotted_append"] = as_json(_rewrite(top, ["--zz-probe.a+=p,q"]), "--zz-probe") == {
+        "a": ["p", "q"]
+    }
+
+    def shorthand(tokens: list[str] | None, probe: list[str]) -> dict[str, Any] | None:
+        if tokens is None or tokens == probe:
+            return None
+        if len(tokens) == 2 and tokens[1] == "7":
+            return {"option": tokens[0]}
+        if len(tokens) == 2:
+            try:
+                value = json.loads(tokens[1])
+            except ValueError:
+                return None
+            if isinstance(value, dict) and list(value.values()) == [7]:
+                return {"option": tokens[0], "key": next(iter(value))}
+        return None
+
+    attached = shorthand(_rewrite(top, ["-O7"]), ["-O7"])
+    if attached is not None:
+        attached["with_equals"] = shorthand(_rewrite(top, ["-O=7"]), ["-O=7"]) == attached
+        attached["dot_is_dotted"] = _rewrite(top, ["-O.zz=7"]) == ["-O", '{"zz": 7}']
+        forms["O_attached"] = attached
+    separate_values = []
+    separate: dict[str, Any] | None = None
+    for digit in "0123456789":
+        tokens = _rewrite(top, ["-O", digit])
+        if tokens is not None and tokens != ["-O", digit]:
+            separate_values.append(digit)
+            if separate is None:
+                probe = _rewrite(top, ["-O", digit])
+                if probe and len(probe) == 2 and probe[1] == digit:
+                    separate = {"option": probe[0]}
+                elif probe and len(probe) == 2:
+                    try:
+                        value = json.loads(probe[1])
+                    except ValueError:
+                        value = None
+                    if isinstance(value, dict) and len(value) == 1:
+                        separate = {"option": probe[0], "key": next(iter(value))}
+    if separate is not None:
+        separate["values"] = separate_values
+        forms["O_separate"] = separate
+    return forms
+
+
 def _error_lines(text: str) -> str:
     """argparse's complaint without the (very long) usage block."""
     lines = [ln for ln in text.splitlines() if "error:" in ln]
@@ -623,6 +949,8 @@ def main() -> int:
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if args.command == "dump":
         result = dump(parser)
+        result["value_schemas"] = value_schemas(parser)
+        result["argv_forms"] = argv_forms(top)
     elif args.command == "parse":
         result = parse(top, argv)
     else:  # parse-many: a JSON list of argvs on stdin, one parser build for all

@@ -171,7 +171,9 @@ def test_counters_are_keyed_by_exposed_name() -> None:
     metrics = load_version("0.33.0").metrics
     assert metrics["vllm:num_preemptions_total"].type == "counter"
     assert metrics["vllm:prefix_cache_hits_total"].type == "counter"
-    assert metrics["vllm:cache_config_info"].type == "info"
+    # vLLM emulates this Info with a gauge (multiprocess mode has no Info); the real 0.32.0
+    # exposition says "# TYPE vllm:cache_config_info gauge"
+    assert metrics["vllm:cache_config_info"].type == "gauge"
     assert metrics["vllm:time_to_first_token_seconds"].type == "histogram"
 
 

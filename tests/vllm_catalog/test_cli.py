@@ -74,3 +74,19 @@ def test_flags_table_and_json() -> None:
     assert data["--block-size"]["choices"] == [1, 8, 16, 32, 64, 128]
     code, _ = run("flags", "--vllm-version", "1.0")
     assert code == 2
+
+
+def test_check_args_values_and_shorthands_issue_19() -> None:
+    for argv in (["-O3"], ["-O", "3"], ["-cc.mode=3"]):
+        code, out = run("check-args", "--vllm-version", "0.33.0", "--", *argv)
+        assert code == 0, out
+    code, out = run("check-args", "--vllm-version", "0.11.0", "--", "--max-model-len", "-1")
+    assert code == 0, out
+    code, out = run(
+        "check-args", "--vllm-version", "0.33.0", "--", "--compilation-config", '{"level": 3}'
+    )
+    assert code == 1
+    assert out.startswith(
+        '--compilation-config: unknown key "level" in vLLM 0.33.0 (accepted up to 0.17.1; '
+        'renamed to "mode"?); accepted keys (CompilationConfig): '
+    )

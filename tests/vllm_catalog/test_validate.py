@@ -243,3 +243,101 @@ def test_rendered_choices_always_pass_the_check(version: str, data: st.DataObjec
     value = data.draw(st.sampled_from(spec.choices))
     argv = render_engine_args(version, {spec.dest: value})
     assert check_argv(version, argv) == []
+
+
+# ------------------------------------------------------- values of JSON/dict flags (#19) ---
+
+
+def test_renamed_config_key_names_the_new_one_and_the_accepted_keys() -> None:
+    (msg,) = messages("0.33.0", ["--compilation-config", '{"level": 3}'])
+    assert msg.startswith(
+        '--compilation-config: unknown key "level" in vLLM 0.33.0 (accepted up to'
+    )
+    assert 'renamed to "mode"?' in msg
+    assert "accepted keys (CompilationConfig):" in msg and " mode," in msg
+    # the dotted form is merged into the same JSON and checked the same way
+    (dotted,) = messages("0.33.0", ["--compilation-config.level=3"])
+    assert dotted == msg
+
+
+def test_unknown_keys_of_each_config_flag_from_the_issue() -> None:
+    cases = {
+        "--kv-transfer-config": ('{"kv_connector": "NixlConnector", "role": "kv_both"}', "role"),
+        "--structured-outputs-config": ('{"guided_decoding_backend": "xgrammar"}', "guided"),
+        "--kv-events-config": ('{"enable_events": true}', "enable_events"),
+        "--pooler-config": ('{"zz_pooling": "MEAN"}', "zz_pooling"),
+    }
+    for flag, (value, key) in cases.items():
+        (msg,) = messages("0.33.0", [flag, value])
+        assert msg.startswith(f'{flag}: unknown key "{key}') and "accepted keys" in msg
+
+
+def test_nested_config_keys_are_checked() -> None:
+    (msg,) = messages("0.33.0", ["--compilation-config", '{"pass_config": {"zz": true}}'])
+    assert 'unknown key "pass_config.zz"' in msg and "(PassConfig)" in msg
+
+
+def test_json_required_where_the_release_requires_it() -> None:
+    (msg,) = messages("0.33.0", ["--limit-mm-per-prompt", "image=2"])
+    assert "expects a JSON value" in msg and '{"image": 2}' in msg
+    (msg,) = messages("0.33.0", ["--compilation-config", "3"])
+    assert "expects a JSON object (CompilationConfig)" in msg
+    (msg,) = messages("0.33.0", ["--override-generation-config", "temperature=0.5"])
+    assert "key=value is not accepted" in msg
+    assert messages("0.33.0", ["--limit-mm-per-prompt", '{"image": 2}']) == []
+    # a JSON non-object passes the parser but not the engine configuration: refused, said so
+    (msg,) = messages("0.33.0", ["--limit-mm-per-prompt", "3"])
+    assert "engine configuration then fails at start" in msg
+
+
+def test_older_releases_ignore_unknown_config_keys_like_vllm() -> None:
+    """0.11's config classes drop unknown keys silently (pydantic extra=ignore)."""
+    assert messages("0.11.0", ["--compilation-config", '{"mode": 3}']) == []
+    assert messages("0.11.0", ["--compilation-config", '{"level": 3}']) == []
+    (msg,) = messages("0.8.5.post1", ["--hf-overrides", "a=1"])
+    assert "expects a JSON value" in msg
+
+
+def test_shorthands_are_rewritten_like_the_release_does() -> None:
+    for argv in (["-O3"], ["-O", "3"], ["-O=3"], ["-cc.mode=3"], ["-cc", '{"mode": 3}']):
+        assert messages("0.33.0", argv) == [], argv
+    for argv in (["-O3"], ["-O", "3"], ["-O.level=3"], ["--compilation-config.level", "3"]):
+        assert messages("0.11.0", argv) == [], argv
+    (msg,) = messages("0.33.0", ["-cc.level=3"])
+    assert 'unknown key "level"' in msg
+    # -O 7 is no shorthand in 0.33 (only 0-3 are rewritten) and -O is no flag there
+    assert messages("0.33.0", ["-O", "7"])
+
+
+def test_negative_human_readable_ints_like_vllm() -> None:
+    for version in ("0.11.0", "0.8.5.post1", "0.33.0"):
+        assert messages(version, ["--max-model-len", "-1"]) == [], version
+    assert messages("0.11.0", ["--max-model-len", "1.5"])
+
+
+def test_extra_args_and_engine_args_check_json_values() -> None:
+    with pytest.raises(ArgsError, match='unknown key "level"'):
+        render_extra_args("0.33.0", {"--compilation-config": '{"level": 3}'})
+    assert render_extra_args("0.33.0", {"--compilation-config": '{"mode": 3}'}) == [
+        "--compilation-config",
+        '{"mode": 3}',
+    ]
+    with pytest.raises(ArgsError, match='unknown key "zz"'):
+        render_engine_args("0.33.0", {"kv_transfer_config": {"zz": 1}})
+
+
+def test_extra_args_dotted_keys_and_shorthands_render_as_the_parser_reads_them() -> None:
+    argv = render_extra_args(
+        "0.33.0",
+        {"--compilation-config.mode": "3", "--compilation-config.cudagraph_mode": '"FULL"'},
+    )
+    assert argv == ["--compilation-config", '{"mode": 3, "cudagraph_mode": "FULL"}']
+    assert render_extra_args("0.33.0", {"-O": "3"}) == ["--optimization-level", "3"]
+    with pytest.raises(ArgsError, match='unknown key "level"'):
+        render_extra_args("0.33.0", {"--compilation-config.level": "3"})
+
+
+def test_dotted_keys_before_the_release_that_reads_them() -> None:
+    (msg,) = messages("0.8.5.post1", ["--compilation-config.level=3"])
+    assert msg.startswith("--compilation-config.level: vLLM 0.8.5.post1 does not accept dotted")
+    assert "pass the JSON value to --compilation-config" in msg

@@ -29,6 +29,76 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+JsonKind = Literal["object", "array", "str", "int", "float", "bool", "null", "any"]
+
+
+class JsonValueSpec(_Frozen):
+    """How a JSON/dict-typed flag's value is parsed by the release.
+
+    ``parse``: ``dataclass`` (pydantic validates the JSON against ``config``, a config class of
+    ``VersionCatalog.config_classes``), ``json`` (``json.loads``: anything that is JSON passes the
+    parser; ``expects`` is the engine field's type, checked later at startup) or ``json_or_str``
+    (a value that looks like ``{...}`` must be JSON, anything else is taken as a string).
+    ``human_numbers``: bare ``80m`` / ``1k`` inside the JSON are expanded first (0.33+).
+    """
+
+    parse: Literal["dataclass", "json", "json_or_str"]
+    config: str | None = None
+    expects: tuple[JsonKind, ...] = ()
+    human_numbers: bool = False
+
+
+class FieldSpec(_Frozen):
+    """One field of a config class: the JSON kinds it accepts, its Literal values, its class,
+    its docstring when that says it is deprecated (it names the replacement), and its default
+    when that is a plain JSON scalar."""
+
+    types: tuple[JsonKind, ...]
+    enum: tuple[Any, ...] | None = None
+    config: str | None = None
+    deprecation: str | None = None
+    default: Any = None
+
+
+class ConfigClassSpec(_Frozen):
+    """A vLLM config class behind a JSON flag (``--compilation-config`` -> CompilationConfig).
+
+    ``extra`` is its pydantic policy for unknown keys: ``forbid`` rejects them at parse time,
+    ``ignore`` drops them silently (older releases).
+    """
+
+    module: str
+    extra: Literal["forbid", "ignore", "allow"]
+    fields: dict[str, FieldSpec]
+
+
+class ShorthandSpec(_Frozen):
+    """An ``-O`` shorthand: rewritten to ``option`` (value as is) or ``option`` + ``{key: v}``."""
+
+    option: str
+    key: str | None = None
+    with_equals: bool = False
+    dot_is_dotted: bool = False
+    values: tuple[str, ...] | None = None
+
+
+class ArgvForms(_Frozen):
+    """What the release's FlexibleArgumentParser rewrites before argparse sees the argv.
+
+    ``dotted``: ``--x.a.b=v`` becomes ``--x '{"a": {"b": v}}'`` (``dotted_separate``: also
+    ``--x.a v``; ``dotted_short``: also on short aliases, ``-cc.mode=3``; ``dotted_append``:
+    ``--x.a+=p,q`` makes a list). ``O_attached``: ``-O3`` / ``-O=3``; ``O_separate``: ``-O 3``
+    for the listed values only.
+    """
+
+    dotted: bool = False
+    dotted_separate: bool = False
+    dotted_short: bool = False
+    dotted_append: bool = False
+    O_attached: ShorthandSpec | None = None
+    O_separate: ShorthandSpec | None = None
+
+
 class FlagSpec(_Frozen):
     """One `vllm serve` flag as that release's argument parser defines it.
 
@@ -51,6 +121,7 @@ class FlagSpec(_Frozen):
     values_source: str | None = None
     deprecated: bool = False
     deprecation: str | None = None
+    json_value: JsonValueSpec | None = None
 
 
 class MetricSpec(_Frozen):
@@ -88,6 +159,8 @@ class VersionCatalog(_Frozen):
     model_arg: Literal["positional", "--model"]
     parser: ParserProvenance
     flags: dict[str, FlagSpec]
+    config_classes: dict[str, ConfigClassSpec] = Field(default_factory=dict)
+    argv_forms: ArgvForms = ArgvForms()
     metrics: dict[str, MetricSpec]
     metric_labels: dict[str, tuple[str, ...]]
 

@@ -24,7 +24,7 @@ from vllm_operator.catalog.vllm.loader import (
     supported_versions,
     version_position,
 )
-from vllm_operator.catalog.vllm.models import FlagSpec
+from vllm_operator.catalog.vllm.models import ArgvForms, FlagSpec, JsonValueSpec
 
 PLANNER_OWNED_FLAGS: frozenset[str] = frozenset(
     {
@@ -57,7 +57,13 @@ OPERATOR_OWNED_FLAGS: Mapping[str, str] = OPERATOR_OWNED_EXTRA_ARGS
 admission rules, in api/spec.py)."""
 
 _BOOL_KINDS = frozenset({"bool_optional", "store_true", "store_false", "store_boolean"})
-_HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgGtT]?$")
+_HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgGtT]$")
+_JSON_HUMAN_NUMBER = re.compile(r"\b\d+(?:\.\d+)?[kKmMgGtT]\b")
+_JSON_STRING = re.compile(r'("(?:[^"\\]|\\.)*")')
+_LOOKS_LIKE_OBJECT = re.compile(r"(?s)^\s*{.*}\s*$")
+_PYDANTIC_BOOL_STRINGS = frozenset(
+    {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
+)
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -135,18 +141,197 @@ def _check_value(flag: str, spec: FlagSpec, value: str, version: str) -> str | N
             float(value)
     except ValueError:
         return f"{flag} expects {'an integer' if kind == 'int' else 'a number'}, got {value!r}"
-    if kind == "human_readable_int" and not _HUMAN_INT.match(value):
+    if kind == "human_readable_int" and not _human_int(value):
         return f"{flag} expects an integer such as 8192, 32k or 8G, got {value!r}"
     if kind == "human_readable_int_or_auto" and not (
-        _HUMAN_INT.match(value) or value in ("auto", "-1")
+        _human_int(value) or value.strip() == "-1" or value.strip().lower() == "auto"
     ):
         return f"{flag} expects an integer such as 8192 or 32k, or auto, got {value!r}"
+    if spec.json_value is not None:
+        return _check_json(flag, spec.json_value, value, version)
     if kind == "json" and value[:1] in "{[":
         try:
             json.loads(value)
         except ValueError as exc:
             return f"{flag} expects valid JSON, got {value!r} ({exc})"
     return None
+
+
+def _human_int(value: str) -> bool:
+    """vLLM's ``human_readable_int``: ``32k`` / ``8G`` or whatever ``int()`` takes (``-1``)."""
+    stripped = value.strip()
+    if _HUMAN_INT.match(stripped):
+        return True
+    try:
+        int(stripped)
+    except ValueError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------- JSON values ---
+
+
+def _expand_human_numbers(value: str) -> str:
+    """``{"cpu_bytes_to_use": 80m}`` -> plain JSON, outside string literals (0.33+ does it)."""
+    parts = _JSON_STRING.split(value)
+    for i in range(0, len(parts), 2):
+        parts[i] = _JSON_HUMAN_NUMBER.sub(lambda m: str(_human_value(m.group())), parts[i])
+    return "".join(parts)
+
+
+def _human_value(token: str) -> int:
+    number, suffix = token[:-1], token[-1]
+    decimal = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+    binary = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    if suffix in decimal:
+        return int(float(number) * decimal[suffix])
+    return int(float(number) * binary[suffix])
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _kind_accepted(value: object, types: Sequence[str]) -> bool:
+    """Would pydantic (lax mode, JSON input) take ``value`` for a field of these JSON kinds?
+
+    Deliberately lenient where pydantic coerces (numeric strings for numbers, 0/1 and the
+    usual words for booleans): only values vLLM certainly rejects are refused.
+    """
+    if "any" in types:
+        return True
+    kind = _json_kind(value)
+    if kind in types:
+        return True
+    if kind == "int":
+        return "float" in types or ("bool" in types and value in (0, 1))
+    if kind == "float":
+        return "int" in types and float(value).is_integer()  # type: ignore[arg-type]
+    if kind == "bool":
+        return "int" in types or "float" in types
+    if kind == "str":
+        text = str(value).strip()
+        if "bool" in types and text.lower() in _PYDANTIC_BOOL_STRINGS:
+            return True
+        if "int" in types or "float" in types:
+            return _is_number(text)
+    return False
+
+
+def _key_history(version: str, config: str, key: str) -> str:
+    """`` (accepted up to 0.17.1; renamed to "mode"?)`` from the other releases' classes.
+
+    The rename comes from the key's own deprecation docstring in the last release that had it
+    ("Please use mode"), when it names a field the pinned release has.
+    """
+    order = supported_versions()
+    having = [
+        v
+        for v in order
+        if (cls := load_version(v).config_classes.get(config)) is not None and key in cls.fields
+    ]
+    if not having:
+        return ""
+    if order.index(having[0]) > order.index(version):
+        return f" (added in {having[0]})"
+    last = having[-1]
+    note = load_version(last).config_classes[config].fields[key].deprecation or ""
+    current = load_version(version).config_classes[config].fields
+    words = re.findall(r"\buse\s+[`'\"]*([A-Za-z_][A-Za-z0-9_]*)", note, re.I)
+    named = [w for w in words if w in current and w != key]
+    hint = f'; renamed to "{named[0]}"?' if named else ""
+    return f" (accepted up to {last}{hint})"
+
+
+def _object_problems(
+    flag: str, version: str, config: str, obj: Mapping[str, object], path: str = ""
+) -> list[str]:
+    """Unknown keys and values of the wrong kind in ``obj`` for config class ``config``."""
+    catalog = load_version(version)
+    cls = catalog.config_classes.get(config)
+    if cls is None:
+        return []
+    out: list[str] = []
+    for key, value in obj.items():
+        field = cls.fields.get(key)
+        name = f"{path}{key}"
+        if field is None:
+            if cls.extra != "forbid":
+                continue  # the release drops unknown keys of this class silently
+            history = _key_history(version, config, key) if not path else ""
+            close = difflib.get_close_matches(key, list(cls.fields), n=1, cutoff=0.75)
+            if close and "renamed" not in history:
+                history += f' (did you mean "{close[0]}"?)'
+            out.append(
+                f'{flag}: unknown key "{name}" in vLLM {version}{history}; accepted keys '
+                f"({config}): {', '.join(sorted(cls.fields))}"
+            )
+            continue
+        if field.config is not None and isinstance(value, dict):
+            out.extend(_object_problems(flag, version, field.config, value, f"{name}."))
+            continue
+        if not _kind_accepted(value, field.types):
+            out.append(
+                f'{flag}: key "{name}" expects {" or ".join(field.types)} in vLLM {version}, '
+                f"got {json.dumps(value)}"
+            )
+            continue
+        if (
+            field.enum is not None
+            and _json_kind(value) in ("str", "int")
+            and value not in field.enum
+            and any(_json_kind(e) == _json_kind(value) for e in field.enum)
+        ):
+            out.append(
+                f'{flag}: key "{name}" accepts {", ".join(json.dumps(e) for e in field.enum)} '
+                f"in vLLM {version}, got {json.dumps(value)}"
+            )
+    return out
+
+
+def _check_json(flag: str, jv: JsonValueSpec, value: str, version: str) -> str | None:
+    """None if ``version``'s parser (and, for config classes, pydantic) accepts the value."""
+    if jv.parse == "json_or_str":
+        if not _LOOKS_LIKE_OBJECT.match(value):
+            return None  # taken as a plain string
+        try:
+            json.loads(value)
+        except ValueError as exc:
+            return f"{flag} expects valid JSON for a {{...}} value, got {value!r} ({exc})"
+        return None
+    text = _expand_human_numbers(value) if jv.human_numbers else value
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        hint = ""
+        if "=" in value and not value.lstrip().startswith(("{", "[")):
+            key, _, val = value.partition("=")
+            hint = (
+                f" (key=value is not accepted here; write '{{\"{key.strip()}\": {val.strip()}}}')"
+            )
+        return f"{flag} expects a JSON value in vLLM {version}, got {value!r}{hint}"
+    if jv.parse == "json":
+        if jv.expects and "any" not in jv.expects and not _kind_accepted(parsed, jv.expects):
+            return (
+                f"{flag} expects a JSON {' or '.join(jv.expects)} in vLLM {version}, got "
+                f"{value!r} (the parser takes it, the engine configuration then fails at start)"
+            )
+        return None
+    if not isinstance(parsed, dict):
+        return f"{flag} expects a JSON object ({jv.config}) in vLLM {version}, got {value!r}"
+    problems = _object_problems(flag, version, jv.config or "", parsed)
+    return "; ".join(problems) if problems else None
 
 
 def _render_value(value: object) -> str:
@@ -300,6 +485,102 @@ def _resolve(option: str, version: str) -> tuple[str, str] | None:
     return None
 
 
+def _shorthand(option: str, key: str | None, value: str) -> list[str]:
+    return [f"{option}.{key}={value}"] if key else [option, value]
+
+
+def _dotted_value(text: str) -> object:
+    """How FlexibleArgumentParser reads a dotted value: JSON, else ``80g`` as int, else str."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    return _human_value(text) if _HUMAN_INT.match(text) and not _is_number(text) else text
+
+
+def _merge(original: dict[str, object], update: Mapping[str, object]) -> None:
+    for key, value in update.items():
+        current = original.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            _merge(current, value)
+        elif isinstance(value, list) and isinstance(current, list):
+            current.extend(value)
+        else:
+            original[key] = value
+
+
+def _rewrite_forms(forms: ArgvForms, argv: Sequence[str]) -> list[str]:
+    """``argv`` as the release's FlexibleArgumentParser hands it to argparse.
+
+    Mirrors the rewrites recorded in the catalog (``argv_forms``, probed from the release's own
+    ``parse_args``): ``-O3`` / ``-O=3`` / ``-O 3`` shorthands, then dotted config keys
+    (``--compilation-config.mode=3``, ``-cc.mode 3``, ``--x.list+=a,b``) merged into one JSON
+    value per flag, appended at the end as vLLM does.
+    """
+    out: list[str] = []
+    i = 0
+    attached, separate = forms.O_attached, forms.O_separate
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if (
+            attached is not None
+            and token.startswith("-O")
+            and token != "-O"
+            and not token.startswith("--")
+            and not (attached.dot_is_dotted and token[2] == ".")
+        ):
+            level = token[3:] if attached.with_equals and token[2] == "=" else token[2:]
+            out.extend(_shorthand(attached.option, attached.key, level))
+            continue
+        if (
+            separate is not None
+            and token == "-O"
+            and i < len(argv)
+            and argv[i] in (separate.values or ())
+        ):
+            out.extend(_shorthand(separate.option, separate.key, argv[i]))
+            i += 1
+            continue
+        out.append(token)
+    if not forms.dotted:
+        return out
+    kept: list[str] = []
+    merged: dict[str, dict[str, object]] = {}
+    j = 0
+    while j < len(out):
+        token = out[j]
+        option, eq, text = token.partition("=")
+        dotted = (
+            token.startswith("-")
+            and not _is_number(token)
+            and "." in option
+            and (forms.dotted_short or token.startswith("--"))
+        )
+        if not dotted or (not eq and (not forms.dotted_separate or j + 1 >= len(out))):
+            kept.append(token)
+            j += 1
+            continue
+        if eq:
+            j += 1
+        else:
+            text = out[j + 1]
+            j += 2
+        leaf: object
+        if option.endswith("+") and forms.dotted_append:
+            option, leaf = option[:-1], text.split(",")
+        else:
+            leaf = _dotted_value(text)
+        base, *keys = option.split(".")
+        nested: dict[str, object] = {keys[-1]: leaf}
+        for key in reversed(keys[:-1]):
+            nested = {key: nested}
+        _merge(merged.setdefault(base, {}), nested)
+    for base, value in merged.items():
+        kept.extend([base, json.dumps(value)])
+    return kept
+
+
 def _collision(primary: str, token: str, allow_planner_override: bool) -> Problem | None:
     if primary in OPERATOR_OWNED_FLAGS:
         return Problem(
@@ -332,6 +613,7 @@ def check_argv(
     """
     version_position(version)  # unknown version -> UnknownVersionError
     catalog = load_version(version)
+    argv = _rewrite_forms(catalog.argv_forms, argv)
     problems: list[Problem] = []
     i = 0
     while i < len(argv):
@@ -356,12 +638,6 @@ def check_argv(
             if _resolve(short, version) is not None:
                 option, attached, has_value = short, option[2:], True
         resolved = _resolve(option, version)
-        dotted = False
-        if resolved is None and option.startswith("--") and "." in option:
-            base = option.split(".", 1)[0]
-            base_resolved = _resolve(base, version)
-            if base_resolved and catalog.flags[base_resolved[0]].type == "json":
-                resolved, dotted = base_resolved, True
         if resolved is None:
             value: str | None = attached if has_value else None
             if not has_value and i < len(argv) and not _is_flag(argv[i]):
@@ -415,8 +691,6 @@ def check_argv(
         if not values and spec.nargs not in ("?", "*"):
             problems.append(Problem(flag=option, message=f"{option} expects a value"))
             continue
-        if dotted:
-            continue
         for item in values:
             reason = _check_value(option, spec, item, version)
             if reason:
@@ -425,6 +699,14 @@ def check_argv(
 
 
 def _unknown_or_abbrev(option: str, version: str) -> str:
+    base = option.split(".", 1)[0]
+    if "." in option and base != option and _resolve(base, version) is not None:
+        since = [v for v in supported_versions() if load_version(v).argv_forms.dotted]
+        tail = f" (they are accepted from {since[0]})" if since else ""
+        return (
+            f"{option}: vLLM {version} does not accept dotted keys{tail}; pass the JSON value "
+            f"to {base}"
+        )
     if option.startswith("--") and option not in option_presence():
         candidates = [o for o in option_index(version) if o.startswith(option)]
         if candidates:
@@ -477,14 +759,21 @@ def render_extra_args(
     """spec.vllm.extraArgs (``{"--flag": "value"}``) -> checked argv for ``version``.
 
     ``"true"``/``"false"`` on a boolean flag become ``--flag`` / ``--no-flag``; ``""`` means a
-    flag without a value.  Raises ArgsError listing every problem.
+    flag without a value; dotted keys (``--compilation-config.mode``) and ``-O`` shorthands are
+    rewritten as the release's parser does and rendered as one JSON value per flag.  Raises
+    ArgsError listing every problem.
     """
     version_position(version)
     catalog = load_version(version)
     argv: list[str] = []
     problems: list[Problem] = []
+    forms: list[str] = []  # dotted keys and -O shorthands, merged and checked together
     for option, value in extra_args.items():
         resolved = _resolve(option, version)
+        written = [option, value] if value != "" else [option]
+        if resolved is None and _rewrite_forms(catalog.argv_forms, written) != written:
+            forms.extend(written)
+            continue
         if resolved is None:
             problems.append(
                 Problem(flag=option, value=value, message=_unknown_or_abbrev(option, version))
@@ -524,6 +813,19 @@ def render_extra_args(
             problems.append(Problem(flag=option, value=value, message=reason))
             continue
         argv.extend([primary, value] if value != "" else [primary])
+    if forms:
+        # ``{"--compilation-config.mode": "3", "-O": "3"}``: rewritten as the release's parser
+        # does (one JSON value per flag), then checked like any argv.
+        rewritten = _rewrite_forms(catalog.argv_forms, forms)
+        found = check_argv(
+            version,
+            rewritten,
+            allow_planner_override=allow_planner_override,
+            check_collisions=True,
+        )
+        problems.extend(found)
+        if not found:
+            argv.extend(rewritten)
     if problems:
         raise ArgsError(version, problems)
     return argv
