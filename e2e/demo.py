@@ -32,12 +32,23 @@ from e2e.localcluster import (
     ToolsUnavailable,
     default_state_dir,
     find_binaries,
+    node_manifests,
     set_container_status,
 )
 
 CRD_FILE = REPO_ROOT / "crds" / "serving.vllm-operator.dev_vllmservices.yaml"
 EXAMPLES = REPO_ROOT / "examples"
 INFEASIBLE = EXAMPLES / "infeasible"
+# Multi-node pools (LeaderWorkerSet groups across nodes) and the nodes they get in the demo.
+MULTINODE = EXAMPLES / "multinode"
+MULTINODE_NODES = Path(__file__).resolve().parent / "nodes-multinode.yaml"
+
+
+def example_files() -> list[Path]:
+    """The examples the demo applies: single-node ones, then multi-node ones."""
+    return sorted(EXAMPLES.glob("*.yaml")) + sorted(MULTINODE.glob("*.yaml"))
+
+
 WEBHOOK_CONFIGURATION = "vllm-operator-demo"
 
 
@@ -103,8 +114,14 @@ def run(cluster: LocalCluster) -> None:
     )
     print(f"  customresourcedefinition/{name} Established")
 
+    if list(MULTINODE.glob("*.yaml")):
+        section("Two more simulated 8x H100 nodes for the multi-node example")
+        extra = node_manifests(MULTINODE_NODES)
+        cluster.add_nodes(extra)
+        print("  " + ", ".join(n["metadata"]["name"] for n in extra))
+
     section("Examples (server-side apply, strict field validation)")
-    for path in sorted(EXAMPLES.glob("*.yaml")):
+    for path in example_files():
         for obj in load_manifests(path):
             kube.apply(obj)
             meta = obj["metadata"]
@@ -155,7 +172,7 @@ def run(cluster: LocalCluster) -> None:
                     print(f"      - {line}")
     names = [
         (o["metadata"].get("namespace", "default"), o["metadata"]["name"])
-        for p in sorted(EXAMPLES.glob("*.yaml"))
+        for p in example_files()
         for o in load_manifests(p)
     ]
     wait_ready(kube, names)
@@ -167,6 +184,27 @@ def run(cluster: LocalCluster) -> None:
     for namespace, name in names:
         print_status_plan(kube, namespace, name)
 
+    groups = kube.list("/apis/leaderworkerset.x-k8s.io/v1/leaderworkersets")
+    if groups:
+        section("Multi-node pools: LeaderWorkerSet groups (one pod per node)")
+        for lws in groups:
+            meta, spec = lws["metadata"], lws["spec"]
+            print(
+                f"  {meta['namespace']}/{meta['name']}: size="
+                f"{spec['leaderWorkerTemplate']['size']} replicas={spec.get('replicas')} "
+                f"ready={(lws.get('status') or {}).get('readyReplicas', 0)}"
+            )
+            pods = kube.list(
+                f"/api/v1/namespaces/{meta['namespace']}/pods",
+                label_selector=f"leaderworkerset.sigs.k8s.io/name={meta['name']}",
+            )
+            for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+                labels = pod["metadata"]["labels"]
+                role = "leader" if labels.get(WORKER_INDEX) == "0" else "worker"
+                print(
+                    f"    {pod['metadata']['name']:<28} {role:<6} node={pod['spec'].get('nodeName')}"
+                )
+
     kubectl = cluster.binaries.kubectl if cluster.binaries else None
     section("Explore")
     print(f"  export KUBECONFIG={cluster.kubeconfig}")
@@ -177,7 +215,14 @@ def run(cluster: LocalCluster) -> None:
     print("  make demo-down       # stops the operator and every process of the control plane")
 
 
-PLAN_ARGS = ("tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs")
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+PLAN_ARGS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",  # multi-node pools only
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_seqs",
+)
 OPERATOR_LOG = "operator.log"
 OPERATOR_PID = "operator.pid"
 SERVICES = "/apis/serving.vllm-operator.dev/v1alpha1"

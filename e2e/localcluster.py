@@ -103,12 +103,16 @@ class Binaries:
     kube_scheduler: Path
     kwok: Path
     kubectl: Path | None
+    # The LeaderWorkerSet controller (multi-node pools) and the directory of its CRDs.
+    lws_controller: Path | None = None
+    lws_crds: Path | None = None
 
 
 _TOOL_BINARIES: dict[str, tuple[str, ...]] = {
     "etcd": ("etcd",),
     "kubernetes": ("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
     "kwok": ("kwok",),
+    "lws": ("lws-controller",),
 }
 
 
@@ -168,6 +172,8 @@ def find_binaries(*, build: bool = True) -> Binaries:
         kube_scheduler=kube / "kube-scheduler",
         kwok=dirs["kwok"] / "kwok",
         kubectl=kubectl if os.access(kubectl, os.X_OK) else None,
+        lws_controller=dirs["lws"] / "lws-controller",
+        lws_crds=dirs["lws"] / "crds",
     )
 
 
@@ -375,6 +381,8 @@ def generate_pki(pki: Path) -> None:
         # kwok's kubelet endpoint (pod logs), verified by the API server against the same CA.
         "kubelet": ("/CN=kwok-kubelet", "subjectAltName=IP:127.0.0.1", "serverAuth"),
         "admin": ("/O=system:masters/CN=vllm-operator-e2e-admin", None, "clientAuth"),
+        # The LeaderWorkerSet controller's webhook server, called by the API server.
+        "lws-webhook": ("/CN=lws-webhook", "subjectAltName=IP:127.0.0.1", "serverAuth"),
     }
     for name, (subj, san, usage) in certs.items():
         _openssl(
@@ -576,6 +584,8 @@ class LocalCluster:
                     "controller_manager",
                     "scheduler",
                     "kwok",
+                    "lws_webhook",
+                    "lws_health",
                 )
             }
             write_kubeconfig(self.kubeconfig, self.server, self.pki)
@@ -584,9 +594,12 @@ class LocalCluster:
             self._start_apiserver(bins)
             self.kube.create(self._logs_crd())
             # The rest only need the API server: start them together, then wait for each.
+            for crd in self._lws_crds(bins):
+                self.kube.create(crd)
             waits = [self._start_controller_manager(bins), self._start_scheduler(bins)]
             self.kube.wait_served(LOGS_API_VERSION, "Logs", timeout=self.start_timeout)
             waits.append(self._start_kwok(bins))
+            waits.append(self._start_lws(bins))
             for wait in waits:
                 wait()
             self.add_nodes(node_manifests(self.nodes_file))
@@ -924,6 +937,145 @@ class LocalCluster:
             lambda: self._https_ok(port, "/healthz", client_cert=False),
             "kwok /healthz",
         )
+
+    @staticmethod
+    def _lws_crds(bins: Binaries) -> list[dict[str, Any]]:
+        if bins.lws_crds is None:
+            return []
+        return [crd for f in sorted(bins.lws_crds.glob("*.yaml")) for crd in load_manifests(f)]
+
+    def _start_lws(self, bins: Binaries) -> Callable[[], None]:
+        """The LeaderWorkerSet controller (sigs.k8s.io/lws), for multi-node pools.
+
+        It creates each group's leader StatefulSet, the leader pods' worker StatefulSets and the
+        headless Service, and keeps the set's status. Its webhooks are not optional: the pod
+        webhook labels group pods (group index, worker index) and injects LWS_LEADER_ADDRESS,
+        LWS_GROUP_SIZE and LWS_WORKER_INDEX, which the controller itself and vLLM's bootstrap
+        rely on (ENABLE_WEBHOOKS=false would leave group pods without them). So it runs as
+        upstream supports outside a cluster: internal cert management off (its configuration's
+        `internalCertManagement.enable: false`), a serving cert from our CA in its cert
+        directory, and webhook configurations that call it by URL on 127.0.0.1 (not through a
+        Service). The pod webhooks select only LeaderWorkerSet pods (objectSelector), so no
+        other pod of the cluster depends on this process being up.
+        """
+        if bins.lws_controller is None:
+            return lambda: None
+        self.kube.wait_served(
+            "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", timeout=self.start_timeout
+        )
+        certs = self.state_dir / "lws-certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.pki / "lws-webhook.crt", certs / "tls.crt")
+        shutil.copyfile(self.pki / "lws-webhook.key", certs / "tls.key")
+        config = self.state_dir / "lws-config.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "config.lws.x-k8s.io/v1alpha1",
+                    "kind": "Configuration",
+                    "leaderElection": {"leaderElect": False},
+                    "internalCertManagement": {"enable": False},
+                    "webhook": {
+                        "host": "127.0.0.1",
+                        "port": self.ports["lws_webhook"],
+                        "certDir": str(certs),
+                    },
+                    "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['lws_health']}"},
+                    "metrics": {"bindAddress": "0"},
+                }
+            ),
+            encoding="utf-8",
+        )
+        comp = self._spawn(
+            "lws-controller",
+            [
+                bins.lws_controller,
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={config}",
+                "--zap-log-level=info",
+            ],
+        )
+
+        def healthy() -> bool:
+            try:
+                url = f"http://127.0.0.1:{self.ports['lws_health']}/readyz"
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    if int(resp.status) != 200:
+                        return False
+                with socket.create_connection(("127.0.0.1", self.ports["lws_webhook"]), 2):
+                    return True
+            except (urllib.error.URLError, OSError):
+                return False
+
+        def wait() -> None:
+            self._wait_ready(comp, healthy, "lws-controller /readyz and webhook port")
+            for obj in self._lws_webhook_configurations():
+                self.kube.apply(obj)
+
+        return wait
+
+    def _lws_webhook_configurations(self) -> list[dict[str, Any]]:
+        """Upstream's config/webhook/manifests.yaml, by URL, pod hooks limited to LWS pods."""
+        ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
+        base = f"https://127.0.0.1:{self.ports['lws_webhook']}"
+        lws_pods = {
+            "matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name", "operator": "Exists"}]
+        }
+
+        def hook(name: str, path: str, group: str, resource: str, ops: list[str]) -> Any:
+            entry: dict[str, Any] = {
+                "name": name,
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": {"url": base + path, "caBundle": ca},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "timeoutSeconds": 10,
+                "rules": [
+                    {
+                        "apiGroups": [group],
+                        "apiVersions": ["v1"],
+                        "operations": ops,
+                        "resources": [resource],
+                    }
+                ],
+            }
+            if resource == "pods":
+                entry["objectSelector"] = lws_pods
+            return entry
+
+        group = "leaderworkerset.x-k8s.io"
+        return [
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": "lws-mutating-webhook-configuration"},
+                "webhooks": [
+                    hook(
+                        "mleaderworkerset.kb.io",
+                        "/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+                        group,
+                        "leaderworkersets",
+                        ["CREATE", "UPDATE"],
+                    ),
+                    hook("mpod.kb.io", "/mutate--v1-pod", "", "pods", ["CREATE"]),
+                ],
+            },
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": "lws-validating-webhook-configuration"},
+                "webhooks": [
+                    hook(
+                        "vleaderworkerset.kb.io",
+                        "/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset",
+                        group,
+                        "leaderworkersets",
+                        ["CREATE", "UPDATE"],
+                    ),
+                    hook("vpod.kb.io", "/validate--v1-pod", "", "pods", ["CREATE", "UPDATE"]),
+                ],
+            },
+        ]
 
     @property
     def pod_logs(self) -> Path:

@@ -14,7 +14,7 @@ py="${PYTHON:-$root/.venv/bin/python}"
 
 case "${1:-up}" in
   up)
-    hack/tools/build.sh etcd kubernetes kwok
+    hack/tools/build.sh etcd kubernetes kwok lws
     exec "$py" -m e2e.demo ;;
   down)
     "$py" -m e2e.demo --stop-operator

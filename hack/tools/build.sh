@@ -10,10 +10,10 @@
 # Usage:
 #   hack/tools/build.sh [TOOL...]      build the tools (default: etcd kubernetes kwok)
 #   hack/tools/build.sh --dir TOOL     print the directory that holds TOOL's binaries
-#   TOOL is one of: etcd kubernetes kwok helm
+#   TOOL is one of: etcd kubernetes kwok helm lws
 #
 # Set VLLM_OPERATOR_BIN_DIR to a directory holding ready-made binaries (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kwok, helm) to skip building; the harness and this
+# kube-controller-manager, kube-scheduler, kwok, helm, lws-controller) to skip building; the harness and this
 # script then use those instead.
 set -euo pipefail
 
@@ -26,12 +26,19 @@ declare -A main_module=(
   [kubernetes]=k8s.io/kubernetes
   [kwok]=sigs.k8s.io/kwok
   [helm]=helm.sh/helm/v3
+  [lws]=sigs.k8s.io/lws
 )
 declare -A binaries=(
   [etcd]="etcd"
   [kubernetes]="kube-apiserver kube-controller-manager kube-scheduler kubectl"
   [kwok]="kwok"
   [helm]="helm"
+  [lws]="lws-controller"
+)
+# a tool whose main package is not named after its binary: built name -> cached name
+# (the LeaderWorkerSet controller's main package is sigs.k8s.io/lws/cmd)
+declare -A renames=(
+  [lws]="cmd:lws-controller"
 )
 
 log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
@@ -68,6 +75,8 @@ ldflags_for() {
       printf '%s' "$f" ;;
     kwok) printf '' ;;  # kwok embeds its own version constant
     helm) printf ' -X helm.sh/helm/v3/internal/version.version=%s' "$version" ;;
+    lws) printf ' -X sigs.k8s.io/lws/pkg/version.GitVersion=%s -X sigs.k8s.io/lws/pkg/version.BuildDate=%s' \
+      "$version" "$date" ;;
     *) printf '' ;;
   esac
 }
@@ -99,6 +108,16 @@ build_tool() {
     CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=readonly" \
       go build -trimpath -ldflags "-s -w$(ldflags_for "$tool" "$version")" -o "${tmp}/" "${pkgs[@]}"
   )
+  if [[ -n "${renames[$tool]:-}" ]]; then
+    mv "${tmp}/${renames[$tool]%%:*}" "${tmp}/${renames[$tool]#*:}"
+  fi
+  if [[ "$tool" == lws ]]; then
+    # The controller's CRD from the same module version, beside the binary.
+    local moddir
+    moddir="$(cd "${here}/${tool}" && GOFLAGS="${GOFLAGS:-} -mod=readonly" go list -m -f '{{.Dir}}' "${main_module[$tool]}")"
+    mkdir -p "${tmp}/crds"
+    cp "${moddir}"/config/crd/bases/*.yaml "${tmp}/crds/"
+  fi
   have_all "$tmp" "$tool" || { log "Failed to build tool=${tool}: missing binaries in ${tmp}"; exit 1; }
   rm -rf "$dir"; mv "$tmp" "$dir"
   trap - EXIT

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from e2e.demo import render_table
+from e2e.demo import MULTINODE_NODES, render_table
 from e2e.localcluster import NODES_FILE, node_manifests
 
 CATALOG = (
@@ -76,3 +76,15 @@ def test_table_rendering_matches_kubectl_layout() -> None:
         "NAMESPACE   NAME   MODEL   READY",
         "llm         chat   m/x     <none>",
     ]
+
+
+def test_the_demo_adds_two_whole_h100_nodes_for_the_multinode_example() -> None:
+    """A 405B group needs two free 8-GPU nodes beside the single-node examples' H100 pods; the
+    names must not collide with the default fleet's."""
+    extra = node_manifests(MULTINODE_NODES)
+    assert len(extra) == 2
+    for node in extra:
+        assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    default = {n["metadata"]["name"] for n in node_manifests(NODES_FILE)}
+    assert not default & {n["metadata"]["name"] for n in extra}

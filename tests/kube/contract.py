@@ -89,6 +89,32 @@ def deployment(
     }
 
 
+def leader_worker_set(
+    ns: str,
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    size: int = 2,
+    replicas: int = 1,
+) -> Obj:
+    """A minimal valid LeaderWorkerSet of the shape the operator renders for a multi-node pool."""
+    pod: Obj = {"spec": {"containers": [{"name": "vllm", "image": IMAGE}]}}
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "namespace": ns, "labels": labels or {"app": name}},
+        "spec": {
+            "replicas": replicas,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": size,
+                "leaderTemplate": copy.deepcopy(pod),
+                "workerTemplate": copy.deepcopy(pod),
+            },
+        },
+    }
+
+
 def service(ns: str, name: str, labels: dict[str, str] | None = None) -> Obj:
     return {
         "apiVersion": "v1",
@@ -237,6 +263,48 @@ class GatewayContract:
         assert gw.list_owned(Kind.DEPLOYMENT, ns, {OWNER_LABEL: "chat"}) == []
         gw.delete(Kind.DEPLOYMENT, ns, "chat-l4")
         gw.delete(Kind.DEPLOYMENT, ns, "never-existed")
+
+    # -- LeaderWorkerSet (multi-node pools) ------------------------------------------------------
+
+    def test_leader_worker_set_apply_get_list_and_delete(self, harness: GatewayHarness) -> None:
+        ns, gw = harness.namespace, harness.gateway
+        assert gw.get(Kind.LEADER_WORKER_SET, ns, "chat-h100") is None
+        live = gw.apply(leader_worker_set(ns, "chat-h100", labels={OWNER_LABEL: "chat"}))
+        assert live["metadata"]["uid"] and generation(live) == 1
+        assert live["spec"]["leaderWorkerTemplate"]["size"] == 2
+        gw.apply(leader_worker_set(ns, "other-h100", labels={OWNER_LABEL: "other"}))
+        listed = gw.list_owned(Kind.LEADER_WORKER_SET, ns, {OWNER_LABEL: "chat"})
+        assert [o["metadata"]["name"] for o in listed] == ["chat-h100"]
+        # A Deployment of the same name is another object: pools of both kinds never mix.
+        assert gw.list_owned(Kind.DEPLOYMENT, ns, {OWNER_LABEL: "chat"}) == []
+        gw.delete(Kind.LEADER_WORKER_SET, ns, "chat-h100")
+        assert gw.get(Kind.LEADER_WORKER_SET, ns, "chat-h100") is None
+        gw.delete(Kind.LEADER_WORKER_SET, ns, "chat-h100")  # missing: a no-op
+
+    def test_leader_worker_set_generation_moves_only_with_spec(
+        self, harness: GatewayHarness
+    ) -> None:
+        ns, gw = harness.namespace, harness.gateway
+        assert generation(gw.apply(leader_worker_set(ns, "chat-h100"))) == 1
+        relabelled = leader_worker_set(ns, "chat-h100", labels={"app": "chat-h100", "x": "y"})
+        assert generation(gw.apply(relabelled)) == 1
+        assert generation(gw.apply(leader_worker_set(ns, "chat-h100", size=3))) == 2
+
+    @pytest.mark.parametrize(
+        ("name", "status"),
+        [("1st-h100", 403), ("has.dot", 403), ("s" * 64, 422), ("Bad_Name", 422)],
+        ids=["digit", "dot", "64", "underscore"],
+    )
+    def test_leader_worker_set_names_are_dns_1035_labels(
+        self, harness: GatewayHarness, name: str, status: int
+    ) -> None:
+        """The set's name names its headless Service: what the API server lets through, the
+        LeaderWorkerSet controller's validating webhook denies (403); so must the fake."""
+        ns, gw = harness.namespace, harness.gateway
+        with pytest.raises(GatewayError) as err:
+            gw.apply(leader_worker_set(ns, name))
+        assert err.value.status == status
+        assert gw.get(Kind.LEADER_WORKER_SET, ns, name) is None
 
     # -- events ---------------------------------------------------------------------------------
 

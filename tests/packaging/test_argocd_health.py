@@ -147,3 +147,85 @@ def test_reasons_the_lua_matches_are_reasons_the_operator_writes() -> None:
     assert matched <= {r.value for r in Reason}, matched - {r.value for r in Reason}
     reference = (REPO / "docs" / "crd-reference.md").read_text()
     assert all(f"| `{r}` |" in reference for r in matched)
+
+
+# -- the LeaderWorkerSet of a multi-node pool ------------------------------------------------------
+
+LWS_SCRIPT = REPO / "deploy" / "argocd" / "leaderworkerset-health.lua"
+LWS_HEALTH_KEY = "resource.customizations.health.leaderworkerset.x-k8s.io_LeaderWorkerSet"
+
+
+def lws_health(obj: dict[str, Any]) -> dict[str, str]:
+    runtime = lua51.LuaRuntime(unpack_returned_tuples=True)
+    runtime.globals().obj = to_lua(runtime, obj)
+    result = runtime.execute(LWS_SCRIPT.read_text())
+    return {"status": result["status"], "message": result["message"]}
+
+
+def lws(replicas: int | None, status: dict[str, Any] | None) -> dict[str, Any]:
+    obj: dict[str, Any] = {"metadata": {"name": "llama-405b-h100-80gb", "generation": 1}}
+    obj["spec"] = {"leaderWorkerTemplate": {"size": 2}}
+    if replicas is not None:
+        obj["spec"]["replicas"] = replicas
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+# Statuses as the LeaderWorkerSet controller v0.8.0 writes them (read from the local control
+# plane: a group of two pods Ready, then a rolling update under way).
+AVAILABLE = {
+    "type": "Available",
+    "status": "True",
+    "reason": "AllGroupsReady",
+    "message": "All replicas are ready",
+}
+UPDATING = {
+    "type": "UpdateInProgress",
+    "status": "True",
+    "reason": "GroupsUpdating",
+    "message": "Rolling Upgrade is in progress",
+}
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected", "words"),
+    [
+        (lws(1, None), "Progressing", "controller"),
+        (lws(0, {"replicas": 0}), "Suspended", "zero"),
+        (
+            lws(
+                1,
+                {
+                    "readyReplicas": 1,
+                    "updatedReplicas": 1,
+                    "replicas": 1,
+                    "conditions": [AVAILABLE],
+                },
+            ),
+            "Healthy",
+            "1/1 groups ready",
+        ),
+        (lws(None, {"readyReplicas": 1, "updatedReplicas": 1, "replicas": 1}), "Healthy", "1/1"),
+        (
+            lws(
+                2,
+                {"readyReplicas": 2, "updatedReplicas": 1, "replicas": 2, "conditions": [UPDATING]},
+            ),
+            "Progressing",
+            "1/2 groups updated",
+        ),
+        (lws(2, {"readyReplicas": 1, "updatedReplicas": 2, "replicas": 2}), "Progressing", "1/2"),
+        (lws(1, {"conditions": [{"type": "FutureCondition"}]}), "Progressing", "0/1"),
+    ],
+    ids=["no-status", "zero", "ready", "default-replicas", "rolling", "starting", "unknown-cond"],
+)
+def test_leader_worker_set_health(obj: dict[str, Any], expected: str, words: str) -> None:
+    got = lws_health(obj)
+    assert got["status"] == expected, got
+    assert words in got["message"], got
+
+
+def test_argocd_cm_embeds_the_leader_worker_set_lua_verbatim() -> None:
+    data = yaml.safe_load(ARGOCD_CM.read_text())["data"]
+    assert data[LWS_HEALTH_KEY] == LWS_SCRIPT.read_text()

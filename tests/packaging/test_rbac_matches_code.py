@@ -52,15 +52,27 @@ METHODS: dict[str, set[Grant]] = {
         ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch"),
     },
     "create_namespaced_event": {("", "events", "create")},
-    "get_namespaced_custom_object": {("serving.vllm-operator.dev", "vllmservices", "get")},
+    # The custom-object calls serve two resources: VLLMServices and LeaderWorkerSets.
+    "get_namespaced_custom_object": {
+        ("serving.vllm-operator.dev", "vllmservices", "get"),
+        ("leaderworkerset.x-k8s.io", "leaderworkersets", "get"),
+    },
+    "list_namespaced_custom_object": {("leaderworkerset.x-k8s.io", "leaderworkersets", "list")},
+    "patch_namespaced_custom_object": {
+        ("leaderworkerset.x-k8s.io", "leaderworkersets", "patch"),
+        ("leaderworkerset.x-k8s.io", "leaderworkersets", "create"),
+    },
+    "delete_namespaced_custom_object": {
+        ("leaderworkerset.x-k8s.io", "leaderworkersets", "delete"),
+    },
     "patch_namespaced_custom_object_status": {
         ("serving.vllm-operator.dev", "vllmservices/status", "patch"),
     },
 }
 
 # What Kopf itself calls (handlers/registrations.py): it lists and watches every resource with a
-# handler (the watch caches' index handlers: VLLMServices, Deployments, Services, PDBs, pods and
-# nodes), patches its bookkeeping annotations on the VLLMService (progress and diff-base storage
+# handler (the watch caches' index handlers: VLLMServices, Deployments, LeaderWorkerSets, Services,
+# PDBs, pods and nodes), patches its bookkeeping annotations on the VLLMService (progress and diff-base storage
 # are annotations, never status), and lists/watches CRDs for resource discovery.
 KOPF: set[Grant] = {
     ("serving.vllm-operator.dev", "vllmservices", "list"),
@@ -68,6 +80,8 @@ KOPF: set[Grant] = {
     ("serving.vllm-operator.dev", "vllmservices", "patch"),
     ("apps", "deployments", "list"),
     ("apps", "deployments", "watch"),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", "list"),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", "watch"),
     ("", "services", "list"),
     ("", "services", "watch"),
     ("policy", "poddisruptionbudgets", "list"),

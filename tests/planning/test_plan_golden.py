@@ -15,8 +15,8 @@ from vllm_operator.cli.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"
-# examples/multinode/ holds multi-node (LeaderWorkerSet) pools: planned here, kept out of the
-# single-node globs (rendering goldens, the demo) until LeaderWorkerSet rendering covers them.
+# examples/multinode/ holds multi-node (LeaderWorkerSet) pools: planned here, rendered by
+# tests/rendering/test_render_multinode.py, applied by the demo on two extra H100 nodes.
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml")) + sorted(
     (REPO / "examples" / "multinode").glob("*.yaml")
 )

@@ -181,7 +181,7 @@ def test_validation_error_inside_render_names_its_fields(monkeypatch: pytest.Mon
     def broken(*_: Any, **__: Any) -> Any:
         return VLLMService.model_validate({"kind": "VLLMService"})
 
-    monkeypatch.setattr(pools, "render_deployment", broken)
+    monkeypatch.setattr(pools, "render_workload", broken)
     gw, ctl, _ = _setup(refuse=False)
     _fail(ctl)
     message = condition(status_of(gw, NAME), "Degraded")["message"]

@@ -148,3 +148,45 @@ def test_ready_pool_on_cordoned_nodes_is_not_degraded_but_says_why() -> None:
     assert reason(status, ConditionType.DEGRADED) == Reason.AS_EXPECTED
     assert reason(status, ConditionType.READY) == Reason.ALL_POOLS_READY
     assert status.pools[0].message == pool.message
+
+
+def lws_pool(ready: int, updated: int, *, updating: bool) -> PoolOutcome:
+    """A multi-node pool: its LeaderWorkerSet as the LWS controller reports it (no
+    observedGeneration; counts are groups; UpdateInProgress while groups roll)."""
+    conditions = [{"type": "UpdateInProgress", "status": "True"}] if updating else []
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "chat-h100-80gb", "generation": 3},
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2}},
+        "status": {
+            "replicas": 1,
+            "readyReplicas": ready,
+            "updatedReplicas": updated,
+            "conditions": conditions,
+        },
+    }
+    return PoolOutcome(
+        gpu_type="NVIDIA-H100-80GB-HBM3",
+        product="NVIDIA-H100-80GB-HBM3",
+        feasible=True,
+        reason=Reason.PLANNED,
+        deployment={k: v for k, v in lws.items() if k != "status"},
+        deployment_name="chat-h100-80gb",
+        summary="NVIDIA-H100-80GB-HBM3 TP=8 PP=2",
+        live=lws,
+    )
+
+
+def test_a_leader_worker_set_pool_counts_groups_and_rolls_by_its_update_condition() -> None:
+    # No observedGeneration on a LeaderWorkerSet: generation 3 does not hold its rollout back.
+    assert rollout_done(lws_pool(1, 1, updating=False))
+    assert not rollout_done(lws_pool(1, 0, updating=True))
+    assert not rollout_done(lws_pool(1, 1, updating=True))
+    assert not rollout_done(lws_pool(0, 1, updating=False))
+    status = service_status(
+        service(), VLLMServiceStatus(), [lws_pool(1, 1, updating=False)], NOW, 2
+    )
+    assert status.ready == "1/1"
+    assert status.gpu_pools == "H100-80GBx1 [2 nodes]"
+    assert reason(status, ConditionType.READY) == Reason.ALL_POOLS_READY

@@ -377,7 +377,8 @@ class VLLMServiceStatus(ApiModel):
     gpu_pools: str | None = Field(
         default=None,
         alias="gpuPools",
-        description="Summary of the pools for kubectl, e.g. L4x1,H100x2.",
+        description="Summary of the pools for kubectl, e.g. L4x1,H100x2; a multi-node pool "
+        "(LeaderWorkerSet) adds its nodes per replica, e.g. H100-80GBx1 [2 nodes].",
     )
     ready: str | None = Field(
         default=None, description="Ready replicas over desired replicas, all pools, e.g. 2/2."

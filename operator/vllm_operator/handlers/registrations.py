@@ -17,7 +17,7 @@ import kopf
 
 from vllm_operator.api.service import GROUP, PLURAL, VERSION
 from vllm_operator.kube.cache import WatchCache
-from vllm_operator.kube.gateway import Kind
+from vllm_operator.kube.gateway import LWS_GROUP, LWS_PLURAL, LWS_VERSION, Kind
 from vllm_operator.reconcile.controller import Controller, RetryableError
 from vllm_operator.rendering.names import LABEL_MANAGED_BY, MANAGED_BY
 
@@ -104,6 +104,13 @@ async def cache_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
     _observe(memo, Kind.DEPLOYMENT, None, body)
 
 
+# LeaderWorkerSets (multi-node pools): a cluster without the LeaderWorkerSet CRD leaves this
+# resource unresolved, which Kopf only warns about; nothing waits for it.
+@kopf.index(LWS_GROUP, LWS_VERSION, LWS_PLURAL)
+async def cache_leader_worker_set(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+    _observe(memo, Kind.LEADER_WORKER_SET, None, body)
+
+
 @kopf.index("", "v1", "services")
 async def cache_kube_service(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
     _observe(memo, Kind.SERVICE, None, body)
@@ -146,6 +153,14 @@ async def forget_pod(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: An
 async def forget_deployment(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
     if type == "DELETED":
         _observe(memo, Kind.DEPLOYMENT, type, body)
+
+
+@kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL)
+async def forget_leader_worker_set(
+    memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any
+) -> None:
+    if type == "DELETED":
+        _observe(memo, Kind.LEADER_WORKER_SET, type, body)
 
 
 @kopf.on.login()
@@ -233,8 +248,10 @@ async def on_service_event(
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
+@kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels={LABEL_MANAGED_BY: MANAGED_BY})
 def on_owned_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
-    """A change to an owned Deployment (readiness, drift) re-reconciles its VLLMService."""
+    """A change to an owned Deployment or LeaderWorkerSet (readiness, drift) re-reconciles its
+    VLLMService."""
     for owner in _ready(memo).owners_of(dict(body)):
         try:
             _reconcile(memo, *owner)

@@ -61,7 +61,9 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 # (The same values as rendering.names; kube sits below rendering in the layers, and a test checks
 # that the two agree.)
 
-LABELLED_KINDS: frozenset[Kind] = frozenset({Kind.DEPLOYMENT, Kind.SERVICE, Kind.PDB, Kind.POD})
+LABELLED_KINDS: frozenset[Kind] = frozenset(
+    {Kind.DEPLOYMENT, Kind.LEADER_WORKER_SET, Kind.SERVICE, Kind.PDB, Kind.POD}
+)
 """Kinds stored only when they carry the managed-by label."""
 
 CACHED_KINDS: frozenset[Kind] = LABELLED_KINDS | {Kind.NODE, Kind.VLLM_SERVICE}

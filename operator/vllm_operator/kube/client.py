@@ -24,6 +24,9 @@ from vllm_operator.kube.gateway import (
     APPLIED_KINDS,
     DELETED_KINDS,
     LISTED_KINDS,
+    LWS_GROUP,
+    LWS_PLURAL,
+    LWS_VERSION,
     READ_KINDS,
     ConflictError,
     EventRecord,
@@ -169,6 +172,10 @@ def _wrap(exc: ApiException, what: str) -> GatewayError:
     return GatewayError(text, status)
 
 
+_LWS = (LWS_GROUP, LWS_VERSION, LWS_PLURAL)
+"""(group, version, plural) of the LeaderWorkerSet custom resource (multi-node pools)."""
+
+
 class ApiGateway:
     """KubeGateway backed by a kube-apiserver."""
 
@@ -213,6 +220,9 @@ class ApiGateway:
                     GROUP, VERSION, namespace, PLURAL, name
                 )
                 return cast(Obj, found)
+            if kind is Kind.LEADER_WORKER_SET:
+                found = self.custom.get_namespaced_custom_object(*_LWS, namespace, name)
+                return cast(Obj, found)
             return self._raw(readers[kind](name, namespace, _preload_content=False))
         except ApiException as exc:
             if exc.status == 404:
@@ -225,6 +235,11 @@ class ApiGateway:
             Kind.DEPLOYMENT: self.apps.list_namespaced_deployment,
             Kind.POD: self.core.list_namespaced_pod,
         }
+        if kind is Kind.LEADER_WORKER_SET:
+            group, version, plural = _LWS
+            listers[kind] = lambda ns, **kw: self.custom.list_namespaced_custom_object(
+                group, version, ns, plural, **kw
+            )
         try:
             raw = listers[kind](
                 namespace, label_selector=_selector(selector), _preload_content=False
@@ -248,8 +263,14 @@ class ApiGateway:
         require_kind(kind, APPLIED_KINDS, "apply")
         meta = obj["metadata"]
         name, namespace = meta["name"], meta["namespace"]
+        group, version, plural = _LWS
         patchers: dict[Kind, Any] = {
             Kind.DEPLOYMENT: self.apps.patch_namespaced_deployment,
+            Kind.LEADER_WORKER_SET: lambda n, ns, body, **kw: (
+                self.custom.patch_namespaced_custom_object(
+                    group, version, ns, plural, n, body, **kw
+                )
+            ),
             Kind.SERVICE: self.core.patch_namespaced_service,
             Kind.PDB: self.policy.patch_namespaced_pod_disruption_budget,
         }
@@ -272,7 +293,15 @@ class ApiGateway:
         # Only pools are ever deleted by the operator (a GPU type removed from the spec); the
         # Service and PDB go with the VLLMService through owner references.
         require_kind(kind, DELETED_KINDS, "delete")
-        deleters: dict[Kind, Any] = {Kind.DEPLOYMENT: self.apps.delete_namespaced_deployment}
+        group, version, plural = _LWS
+        deleters: dict[Kind, Any] = {
+            Kind.DEPLOYMENT: self.apps.delete_namespaced_deployment,
+            # Foreground-free default: the LeaderWorkerSet's StatefulSets and pods go with it
+            # through their owner references (garbage collector).
+            Kind.LEADER_WORKER_SET: lambda n, ns: self.custom.delete_namespaced_custom_object(
+                group, version, ns, plural, n
+            ),
+        }
         try:
             deleters[kind](name, namespace)
         except ApiException as exc:

@@ -45,7 +45,8 @@ _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 # Kinds whose names are DNS-1035 labels (a Service name becomes a DNS label and an env var prefix;
-# the VLLMService CRD refuses other names by its own rule). A PodDisruptionBudget name is only
+# the VLLMService CRD refuses other names by its own rule; a LeaderWorkerSet's is checked apart, see
+# _validate). A PodDisruptionBudget name is only
 # checked as a path segment (kube-apiserver 1.35 accepts "UPPER", "a b", 254 characters: measured
 # by e2e/test_gateway_contract.py). Every other kind takes a DNS-1123 subdomain.
 _DNS1035_NAMED = frozenset({Kind.SERVICE, Kind.VLLM_SERVICE})
@@ -131,9 +132,21 @@ def _metadata_problems(kind: Kind, meta: Obj) -> list[str]:
 
 
 def _validate(kind: Kind, obj: Obj, what: str) -> None:
-    problems = _metadata_problems(kind, obj.get("metadata") or {})
+    meta = obj.get("metadata") or {}
+    problems = _metadata_problems(kind, meta)
+    if kind is Kind.LEADER_WORKER_SET and len(str(meta.get("name", ""))) > 63:
+        problems.append("metadata.name: Invalid value: must be no more than 63 characters")
     if problems:
         raise GatewayError(f"{what} failed: 422 Unprocessable Entity: {'; '.join(problems)}", 422)
+    name = meta.get("name")
+    if kind is Kind.LEADER_WORKER_SET and not _DNS1035_LABEL.fullmatch(str(name)):
+        # The API server accepts the name; the LeaderWorkerSet controller's validating webhook
+        # denies it (403), because the set's name names its headless Service.
+        raise GatewayError(
+            f'{what} failed: 403 Forbidden: admission webhook "vleaderworkerset.kb.io" denied the '
+            f"request: metadata.name: Invalid value: {name!r}: a DNS-1035 label",
+            403,
+        )
 
 
 # -- generation (the registry strategies' PrepareForUpdate) --------------------------------------
@@ -144,7 +157,8 @@ def _generation_input(kind: Kind, obj: Obj) -> Any:
     if kind is Kind.DEPLOYMENT:
         # Annotations too: they are copied to the ReplicaSets.
         return (obj.get("spec"), (obj.get("metadata") or {}).get("annotations") or {})
-    if kind in (Kind.PDB, Kind.VLLM_SERVICE):
+    if kind in (Kind.PDB, Kind.VLLM_SERVICE, Kind.LEADER_WORKER_SET):
+        # A custom resource with a status subresource: only spec changes bump it.
         return obj.get("spec")
     return None
 

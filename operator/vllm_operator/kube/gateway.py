@@ -17,6 +17,7 @@ class Kind(StrEnum):
     """The object kinds the operator reads or writes."""
 
     DEPLOYMENT = "Deployment"
+    LEADER_WORKER_SET = "LeaderWorkerSet"
     SERVICE = "Service"
     PDB = "PodDisruptionBudget"
     VLLM_SERVICE = "VLLMService"
@@ -26,8 +27,12 @@ class Kind(StrEnum):
     EVENT = "Event"
 
 
+LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
+"""The LeaderWorkerSet custom resource (sigs.k8s.io/lws) that runs multi-node pools."""
+
 API_VERSIONS: dict[Kind, str] = {
     Kind.DEPLOYMENT: "apps/v1",
+    Kind.LEADER_WORKER_SET: f"{LWS_GROUP}/{LWS_VERSION}",
     Kind.SERVICE: "v1",
     Kind.PDB: "policy/v1",
     Kind.VLLM_SERVICE: "serving.vllm-operator.dev/v1alpha1",
@@ -38,16 +43,19 @@ API_VERSIONS: dict[Kind, str] = {
 }
 
 
-APPLIED_KINDS: frozenset[Kind] = frozenset({Kind.DEPLOYMENT, Kind.SERVICE, Kind.PDB})
+POOL_KINDS: tuple[Kind, ...] = (Kind.DEPLOYMENT, Kind.LEADER_WORKER_SET)
+"""The workload of a pool: a Deployment, or a LeaderWorkerSet when a replica spans nodes."""
+
+APPLIED_KINDS: frozenset[Kind] = frozenset({*POOL_KINDS, Kind.SERVICE, Kind.PDB})
 """What `apply` accepts: the objects the operator renders (status goes through `apply_status`)."""
 
 READ_KINDS: frozenset[Kind] = APPLIED_KINDS | {Kind.VLLM_SERVICE}
 """What `get` reads (pods, nodes and Secrets have their own methods)."""
 
-LISTED_KINDS: frozenset[Kind] = frozenset({Kind.DEPLOYMENT, Kind.POD})
+LISTED_KINDS: frozenset[Kind] = frozenset({*POOL_KINDS, Kind.POD})
 """What `list_owned` lists: owned pools to prune, and their pods."""
 
-DELETED_KINDS: frozenset[Kind] = frozenset({Kind.DEPLOYMENT})
+DELETED_KINDS: frozenset[Kind] = frozenset(POOL_KINDS)
 """What `delete` removes: only pools of a GPU type the spec no longer allows (the Service and PDB
 go with the VLLMService through owner references)."""
 

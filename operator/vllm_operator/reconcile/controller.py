@@ -19,6 +19,7 @@ from vllm_operator.api.manifests import ServiceInvalid, check_service
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
 from vllm_operator.kube.gateway import (
+    POOL_KINDS,
     ConflictError,
     Kind,
     KubeGateway,
@@ -463,7 +464,7 @@ class Controller:
         )
         note = budget_note(service, budgets)
 
-        desired_names = set()
+        desired_names: set[tuple[Kind, str]] = set()
         conflicts: list[str] = []
         settling = 0.0
         applied: list[str] = []
@@ -471,12 +472,12 @@ class Controller:
             for pool in pools:
                 if pool.deployment is None:
                     continue
-                desired_names.add(pool.deployment["metadata"]["name"])
-                live = self.gw.get(Kind.DEPLOYMENT, namespace, pool.deployment["metadata"]["name"])
+                # A pool's workload: a Deployment, or a LeaderWorkerSet for a multi-node pool.
+                kind = Kind(pool.deployment["kind"])
+                desired_names.add((kind, pool.deployment["metadata"]["name"]))
+                live = self.gw.get(kind, namespace, pool.deployment["metadata"]["name"])
                 if live is not None and not _owned_by(live, service):
-                    conflicts.append(
-                        f"Deployment {namespace}/{pool.deployment['metadata']['name']}"
-                    )
+                    conflicts.append(f"{kind} {namespace}/{pool.deployment['metadata']['name']}")
                     pool.deployment_name = None
                     continue
                 if service.spec.scaling.mode == ScalingMode.EXTERNAL:
@@ -491,7 +492,7 @@ class Controller:
                         pool.live = live
                         continue
                     live = self.gw.apply(pool.deployment)
-                    outcome.applied.append(f"Deployment/{pool.deployment['metadata']['name']}")
+                    outcome.applied.append(f"{kind}/{pool.deployment['metadata']['name']}")
                     applied.append(pool.applied_message)
                 pool.live = live
         finally:
@@ -500,7 +501,8 @@ class Controller:
 
         owned = [
             d
-            for d in self.gw.list_owned(Kind.DEPLOYMENT, namespace, selector_labels(name))
+            for kind in POOL_KINDS
+            for d in self.gw.list_owned(kind, namespace, selector_labels(name))
             if _owned_by(d, service)
         ]
         existing = self._prune(service, owned, desired_names, outcome)
@@ -657,34 +659,48 @@ class Controller:
         outcome.events.append(reason)
 
     def _prune(
-        self, service: VLLMService, owned: list[Obj], desired: set[str], outcome: Outcome
+        self,
+        service: VLLMService,
+        owned: list[Obj],
+        desired: set[tuple[Kind, str]],
+        outcome: Outcome,
     ) -> list[Obj]:
-        """Delete Deployments of GPU types the spec no longer allows.
+        """Delete pool workloads of GPU types the spec no longer allows, and a pool's workload of
+        the other kind once the pool changed kind (a Deployment replaced by a LeaderWorkerSet of
+        the same name when a replica now spans nodes, or back).
 
         A pool whose type is still allowed is kept even when it is not desired right now (its
         nodes vanished, or a new spec is infeasible): no churn of GPU-holding pods for a
         transient or a rejected change.
         """
         allowed = {canonical_label(g) for g in service.spec.placement.gpu_types}
+        desired_names = {n for _, n in desired}
         kept: list[Obj] = []
         for dep in owned:
             meta = dep["metadata"]
+            kind = Kind(dep.get("kind") or Kind.DEPLOYMENT)
             kept.append(dep)
-            if meta["name"] in desired:
+            if (kind, meta["name"]) in desired:
                 continue
             if (meta.get("labels") or {}).get(LABEL_MANAGED_BY) != MANAGED_BY:
                 continue
             gpu_type = (meta.get("annotations") or {}).get(ANNOTATION_GPU_TYPE, "")
-            if canonical_label(gpu_type) in allowed:
+            replaced = meta["name"] in desired_names
+            if canonical_label(gpu_type) in allowed and not replaced:
                 continue
-            self.gw.delete(Kind.DEPLOYMENT, service.namespace, meta["name"])
+            self.gw.delete(kind, service.namespace, meta["name"])
             kept.pop()
-            outcome.deleted.append(f"Deployment/{meta['name']}")
+            outcome.deleted.append(f"{kind}/{meta['name']}")
+            why = (
+                f"the pool is now a {'Deployment' if kind is Kind.LEADER_WORKER_SET else 'LeaderWorkerSet'}"
+                if replaced
+                else f"GPU type {gpu_type} is no longer allowed"
+            )
             self._event(
                 service,
                 "Normal",
                 Reason.POOL_REMOVED,
-                f"Deleted Deployment {meta['name']}: GPU type {gpu_type} is no longer allowed",
+                f"Deleted {kind} {meta['name']}: {why}",
                 outcome,
             )
         return kept

@@ -33,7 +33,13 @@ from vllm_operator.reconcile.observed import (
     record_observation,
 )
 from vllm_operator.reconcile.writes import CountingGateway, service_event
-from vllm_operator.remediation import Observations, PoolObservation, decide, observe_pod
+from vllm_operator.remediation import (
+    Observations,
+    PoolObservation,
+    decide,
+    fold_groups,
+    observe_pod,
+)
 from vllm_operator.remediation.health import StartupBudget, pool_failure, startup_budget
 from vllm_operator.rendering import workload
 from vllm_operator.rendering.names import (
@@ -198,13 +204,14 @@ class Evaluator:
                 PoolObservation(
                     pool=pool,
                     replicas=next((p.replicas for p in status.pools if p.gpu_type == pool), 0),
+                    # A multi-node replica (LeaderWorkerSet group) is observed as one pod.
                     pods=[
                         observe_pod(
                             pod,
-                            previous_log=self._previous_log(service, status, pool, pod),
+                            previous_log=self._previous_log(service, status, pool, crashed),
                             metrics=metrics.pods.get(pod["metadata"]["name"]),
                         )
-                        for pod in pods
+                        for pod, crashed in fold_groups(pods)
                     ],
                 )
                 for pool, pods in pods_by_pool.items()
@@ -232,7 +239,10 @@ class Evaluator:
                 update={
                     "observed": observed_capacity(
                         pool.plan,
-                        _capacities(metrics, pods_by_pool.get(pool.gpu_type, [])),
+                        _capacities(
+                            metrics,
+                            [p for p, _ in fold_groups(pods_by_pool.get(pool.gpu_type, []))],
+                        ),
                     )
                     or pool.observed,
                     "failure": pool_failure(

@@ -41,6 +41,7 @@ from vllm_operator.rendering.args import (
     check_version,
     container_for,
     engine_argv,
+    multinode_argv,
     validate_extra_args,
 )
 from vllm_operator.rendering.names import (
@@ -48,7 +49,7 @@ from vllm_operator.rendering.names import (
     ANNOTATION_PLAN_HASH,
     deployment_name,
 )
-from vllm_operator.rendering.workload import PoolRender, render_deployment
+from vllm_operator.rendering.workload import PoolRender, render_workload
 
 Obj = dict[str, Any]
 
@@ -411,11 +412,30 @@ def _plan_group(
             unavailable=unavailable,
         )
     image, command, model_args = container_for(service)
-    tp = args.tensor_parallel_size  # the planner never splits a replica into pipeline stages
+    tp = args.tensor_parallel_size
+    # Pipeline stages across nodes: one pod per node of a LeaderWorkerSet group.
+    nodes = args.pipeline_parallel_size or 1
+    try:
+        leader_argv, worker_argv = (
+            multinode_argv(spec.vllm.version, nodes) if nodes > 1 else ([], [])
+        )
+    except ArgsRejected as exc:
+        return PoolOutcome(
+            gpu_type=group.product,
+            product=group.product,
+            feasible=False,
+            reason=exc.reason,
+            message=str(exc),
+            deployment_name=name,
+            unavailable=unavailable,
+        )
     render = PoolRender(
         gpu_type=group.product,
         gpu_resource=group.resource,
         gpus_per_replica=tp,
+        nodes_per_replica=nodes,
+        leader_argv=leader_argv,
+        worker_argv=worker_argv,
         replicas=replicas,
         image=image,
         command=command,
@@ -425,7 +445,7 @@ def _plan_group(
         host_memory_gib=host_limit,
         shm_gib=host.shm_gib,
     )
-    deployment = render_deployment(service, render)
+    deployment = render_workload(service, render)
     planned_status = result.to_status()
     status_plan = planned_status.model_copy(
         update={
@@ -445,8 +465,9 @@ def _plan_group(
         if changed
         else ""
     )
+    layout = f"TP={tp} PP={nodes}" if nodes > 1 else f"TP={tp}"
     summary = (
-        f"{group.product} TP={tp} max_num_seqs={args.max_num_seqs} "
+        f"{group.product} {layout} max_num_seqs={args.max_num_seqs} "
         f"KV {mem.kv_cache_tokens} tokens ({mem.concurrency_at_p99:.1f} x P99)"
     )
     plan_note = ""
@@ -467,7 +488,8 @@ def _plan_group(
         deployment_name=name,
         summary=summary,
         applied_message=(
-            f"Applied plan {status_plan.hash} to Deployment {name}{applied_overrides}: {summary}"
+            f"Applied plan {status_plan.hash} to {deployment['kind']} {name}{applied_overrides}: "
+            f"{summary}"
         ),
     )
 

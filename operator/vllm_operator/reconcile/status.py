@@ -126,11 +126,27 @@ def failed_status(
 
 
 def ready_counts(pool: PoolOutcome) -> tuple[int, int]:
-    """(desired, ready) replicas of the pool's live Deployment."""
+    """(desired, ready) replicas of the pool's live Deployment (groups of a LeaderWorkerSet: its
+    controller counts a group ready when all of its pods are)."""
     live = pool.live or {}
     spec_replicas = int((live.get("spec") or {}).get("replicas") or 0)
     ready = int((live.get("status") or {}).get("readyReplicas") or 0)
     return spec_replicas, ready
+
+
+def _nodes_note(pool: PoolOutcome) -> str:
+    """` [N nodes]` for a multi-node pool (each replica a group of N pods on N nodes), else ''."""
+    obj = pool.deployment or pool.live or {}
+    if obj.get("kind") != "LeaderWorkerSet":
+        return ""
+    size = ((obj.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size") or 1
+    return f" [{size} nodes]"
+
+
+def workload_kind(pool: PoolOutcome) -> str:
+    """Deployment, or LeaderWorkerSet for a multi-node pool (for messages)."""
+    obj = pool.deployment or pool.live or {}
+    return str(obj.get("kind") or "Deployment")
 
 
 def replica_failure(pool: PoolOutcome) -> str:
@@ -171,12 +187,26 @@ def _kept_plan(old: list[PoolStatus], pool: PoolOutcome) -> PoolPlan | None:
 
 
 def rollout_done(pool: PoolOutcome) -> bool:
-    """The Deployment controller has observed the current generation and fully rolled it out."""
+    """The Deployment controller has observed the current generation and fully rolled it out.
+
+    A LeaderWorkerSet (multi-node pool) reports no observedGeneration: its rollout is done when
+    its controller no longer reports UpdateInProgress and every group is updated and ready (the
+    counts are groups).
+    """
     live = pool.live or {}
     meta, status = live.get("metadata") or {}, live.get("status") or {}
     desired = int((live.get("spec") or {}).get("replicas") or 0)
+    if live.get("kind") == "LeaderWorkerSet":
+        observed = not any(
+            isinstance(c, dict)
+            and c.get("type") == "UpdateInProgress"
+            and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+    else:
+        observed = int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
     return (
-        int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+        observed
         and int(status.get("updatedReplicas") or 0) >= desired
         and int(status.get("readyReplicas") or 0) >= desired
         and int(status.get("replicas") or 0) <= desired
@@ -230,7 +260,8 @@ def _join(pools: list[PoolOutcome]) -> str:
 def _starved_message(pool: PoolOutcome) -> str:
     desired, _ = ready_counts(pool)
     return (
-        f"{pool.gpu_type}: Deployment {pool.deployment_name} wants {desired} replica(s), "
+        f"{pool.gpu_type}: {workload_kind(pool)} {pool.deployment_name} wants {desired} "
+        "replica(s), "
         f"no ready replicas and no schedulable nodes ({pool.unavailable})"
     )
 
@@ -259,7 +290,7 @@ def service_status(
         failure = replica_failure(pool)
         if failure:
             failures[pool.gpu_type] = (
-                f"{pool.gpu_type}: Deployment {pool.deployment_name} {failure}"
+                f"{pool.gpu_type}: {workload_kind(pool)} {pool.deployment_name} {failure}"
             )
         plan = _kept_plan(old.pools, pool)
         pool_status.append(
@@ -378,7 +409,7 @@ def service_status(
         generation,
     )
     summary = ",".join(
-        f"{gpu_short_name(p.product or p.gpu_type).upper()}x{ready_counts(p)[0]}"
+        f"{gpu_short_name(p.product or p.gpu_type).upper()}x{ready_counts(p)[0]}{_nodes_note(p)}"
         for p in pools
         if (p.feasible and p.deployment is not None) or p.live is not None
     )

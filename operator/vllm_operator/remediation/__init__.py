@@ -26,7 +26,7 @@ from vllm_operator.remediation.observations import (
     Sample,
 )
 from vllm_operator.remediation.overrides import HISTORY_LIMIT, append_history, effective_args
-from vllm_operator.remediation.podstatus import observe_pod
+from vllm_operator.remediation.podstatus import fold_groups, observe_pod
 from vllm_operator.remediation.policy import decide
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "decide",
     "diagnose",
     "effective_args",
+    "fold_groups",
     "observe_pod",
     "pod_history",
 ]

@@ -11,7 +11,7 @@ from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.catalog.vllm.container import container_command
 from vllm_operator.catalog.vllm.errors import ArgsError, UnknownVersionError
-from vllm_operator.catalog.vllm.loader import load_version
+from vllm_operator.catalog.vllm.loader import flag_spec, load_version, supported_versions
 from vllm_operator.catalog.vllm.validate import render_engine_args, render_extra_args
 from vllm_operator.catalog.vllm.values import extra_arg_fields
 from vllm_operator.rendering.workload import PVC_MOUNT_PATH
@@ -87,3 +87,49 @@ def container_for(service: VLLMService) -> tuple[str, list[str], list[str]]:
         model = f"{PVC_MOUNT_PATH}/{pvc.path.strip('/')}".rstrip("/")
     cmd = container_command(spec.vllm.version, model, spec.vllm.image)
     return cmd.image, list(cmd.command), list(cmd.model_args)
+
+
+# vLLM's own multi-node launcher (multiprocessing executor across nodes): the leader is node rank
+# 0 and runs the API server; the others run headless. Flags as the release spells them.
+MULTINODE_FLAGS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless")
+MULTINODE_MASTER_PORT = 29501
+LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
+WORKER_INDEX = "$(LWS_WORKER_INDEX)"
+
+
+def _first_multinode_version() -> str | None:
+    for version in supported_versions():
+        if all(flag_spec(version, f) is not None for f in MULTINODE_FLAGS):
+            return version
+    return None
+
+
+def multinode_argv(version: str, nodes: int) -> tuple[list[str], list[str]]:
+    """(leader flags, worker flags) that bootstrap one group of `nodes` pods for `version`.
+
+    Why vLLM's own launcher and not Ray: it needs no second process tree (ray start) in the pods
+    and the catalog says which releases have it. Ranks and the rendezvous address come from the
+    LeaderWorkerSet's environment (`$(VAR)` is expanded by Kubernetes in container args).
+    Raises ArgsRejected(UnsupportedEngineArgs) for a release without these flags.
+    """
+    missing = [f for f in MULTINODE_FLAGS if flag_spec(version, f) is None]
+    if missing:
+        first = _first_multinode_version()
+        since = f"; they exist since vLLM {first}" if first else ""
+        raise ArgsRejected(
+            Reason.UNSUPPORTED_ENGINE_ARGS,
+            f"a replica across {nodes} nodes needs vLLM's multi-node flags, which vLLM {version} "
+            f"does not accept ({', '.join(missing)}){since}: pin a release that has them or "
+            "set placement.maxNodesPerReplica to 1",
+        )
+    common = [
+        "--distributed-executor-backend",
+        "mp",
+        "--nnodes",
+        str(nodes),
+        "--master-addr",
+        LEADER_ADDRESS,
+        "--master-port",
+        str(MULTINODE_MASTER_PORT),
+    ]
+    return [*common, "--node-rank", "0"], [*common, "--node-rank", WORKER_INDEX, "--headless"]

@@ -1,10 +1,14 @@
-"""Render the Deployment, Service and PodDisruptionBudget of a VLLMService (pure).
+"""Render the Deployment (or LeaderWorkerSet), Service and PodDisruptionBudget of a VLLMService.
 
-Inputs are the parsed service and, per pool, a `PoolRender` that the reconcile step assembles from
-the plan and the version catalog. Outputs are wire-format dicts ready for server-side apply, so the
-same function backs `vllm-operator render` (GitOps reviews, golden files) and the controller.
+Pure. Inputs are the parsed service and, per pool, a `PoolRender` that the reconcile step
+assembles from the plan and the version catalog. Outputs are wire-format dicts ready for
+server-side apply, so the same function backs `vllm-operator render` (GitOps reviews, golden files)
+and the controller. A pool whose replica spans several nodes (pipeline parallelism across nodes)
+becomes one LeaderWorkerSet (leaderworkerset.x-k8s.io/v1): a group of one leader and
+`nodes_per_replica - 1` workers per replica, one pod per node; every other pool a Deployment.
 """
 
+import copy
 import hashlib
 import json
 import math
@@ -30,6 +34,9 @@ from vllm_operator.rendering.names import (
 
 Obj = dict[str, Any]
 
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_KIND = "LeaderWorkerSet"
+
 PORT = 8000
 MODEL_CACHE_PATH = "/models-cache"
 HOME_PATH = "/home/vllm"
@@ -51,7 +58,25 @@ class PoolRender(BaseModel):
 
     gpu_type: str = Field(description="GPU Feature Discovery product label of the pool's nodes.")
     gpu_resource: str = Field(default="nvidia.com/gpu", description="Extended resource to request.")
-    gpus_per_replica: int = Field(ge=1, description="Tensor x pipeline parallel size.")
+    gpus_per_replica: int = Field(
+        ge=1,
+        description="GPUs of one pod: tensor x pipeline parallel size on one node; with "
+        "nodes_per_replica > 1 the GPUs of each pod of the group (the tensor-parallel size).",
+    )
+    nodes_per_replica: int = Field(
+        default=1,
+        ge=1,
+        description="Pods (nodes) of one replica: 1 renders a Deployment, more a LeaderWorkerSet "
+        "whose group size is this (the planned pipeline_parallel_size).",
+    )
+    leader_argv: list[str] = Field(
+        default_factory=list,
+        description="Multi-node bootstrap flags of the group's leader (after engine_argv).",
+    )
+    worker_argv: list[str] = Field(
+        default_factory=list,
+        description="Multi-node bootstrap flags of the group's workers (after engine_argv).",
+    )
     replicas: int | None = Field(
         ge=0,
         description="spec.replicas of the Deployment; None leaves it out of the applied "
@@ -86,6 +111,10 @@ def plan_hash(service: VLLMService, pool: PoolRender) -> str:
         "source": service.spec.model.source.to_wire(),
         "security": service.spec.security.to_wire(),
     }
+    if pool.nodes_per_replica > 1:
+        # Only multi-node pools hash these: single-node hashes (and so their pods) stay as they
+        # were before LeaderWorkerSet pools existed.
+        payload["group"] = [pool.nodes_per_replica, pool.leader_argv, pool.worker_argv]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -199,27 +228,22 @@ def _probes(pool: PoolRender) -> Obj:
     }
 
 
-def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
-    """One pool's Deployment."""
-    name = deployment_name(service.name, pool.gpu_type)
-    pod_labels = {
-        **common_labels(service.name),
-        **pool_selector_labels(service.name, pool.gpu_type),
-        LABEL_SERVING: "true",
-    }
-    volumes, mounts = _volumes(service, pool)
-    node_selector = {**service.spec.placement.node_selector, LABEL_GPU_PRODUCT: pool.gpu_type}
+def _tolerations(service: VLLMService, pool: PoolRender) -> list[Obj]:
     tolerations = [t.to_wire() for t in service.spec.placement.tolerations]
     gpu_toleration = {"key": pool.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}
     if gpu_toleration not in tolerations:
         tolerations.append(gpu_toleration)
+    return tolerations
+
+
+def _container(service: VLLMService, pool: PoolRender, extra_argv: list[str]) -> Obj:
     gpus = str(pool.gpus_per_replica)
-    hash_ = plan_hash(service, pool)
-    container: Obj = {
+    _, mounts = _volumes(service, pool)
+    return {
         "name": "vllm",
         "image": pool.image,
         "command": pool.command,
-        "args": [*pool.model_args, *pool.engine_argv],
+        "args": [*pool.model_args, *pool.engine_argv, *extra_argv],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": _env(service),
         # Memory request = limit (planning.host_memory): the pod lands only where the node can
@@ -233,10 +257,42 @@ def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
             "limits": {"memory": f"{pool.host_memory_gib}Gi", pool.gpu_resource: gpus},
         },
         "volumeMounts": mounts,
+    }
+
+
+def _pod_spec(service: VLLMService, pool: PoolRender, container: Obj) -> Obj:
+    volumes, _ = _volumes(service, pool)
+    return {
+        # Service links would inject VLLM_PORT from any Service named `vllm`.
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 60,
+        "nodeSelector": {**service.spec.placement.node_selector, LABEL_GPU_PRODUCT: pool.gpu_type},
+        "tolerations": _tolerations(service, pool),
+        "securityContext": pod_security_context(service.spec.security),
+        "containers": [container],
+        "volumes": volumes,
+    }
+
+
+def _rollout(service: VLLMService) -> Obj:
+    rollout = service.spec.rollout
+    return {"maxSurge": rollout.max_surge, "maxUnavailable": rollout.max_unavailable}
+
+
+def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
+    """One single-node pool's Deployment."""
+    name = deployment_name(service.name, pool.gpu_type)
+    pod_labels = {
+        **common_labels(service.name),
+        **pool_selector_labels(service.name, pool.gpu_type),
+        LABEL_SERVING: "true",
+    }
+    hash_ = plan_hash(service, pool)
+    container: Obj = {
+        **_container(service, pool, []),
         **_probes(pool),
         "securityContext": container_security_context(service.spec.security),
     }
-    rollout = service.spec.rollout
     replicas: Obj = {} if pool.replicas is None else {"replicas": pool.replicas}
     return {
         "apiVersion": "apps/v1",
@@ -248,31 +304,103 @@ def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
         "spec": {
             **replicas,
             "selector": {"matchLabels": pool_selector_labels(service.name, pool.gpu_type)},
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {
-                    "maxSurge": rollout.max_surge,
-                    "maxUnavailable": rollout.max_unavailable,
-                },
-            },
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": _rollout(service)},
             "template": {
                 "metadata": {
                     "labels": pod_labels,
                     "annotations": {ANNOTATION_PLAN_HASH: hash_},
                 },
-                "spec": {
-                    # Service links would inject VLLM_PORT from any Service named `vllm`.
-                    "enableServiceLinks": False,
-                    "terminationGracePeriodSeconds": 60,
-                    "nodeSelector": node_selector,
-                    "tolerations": tolerations,
-                    "securityContext": pod_security_context(service.spec.security),
-                    "containers": [container],
-                    "volumes": volumes,
-                },
+                "spec": _pod_spec(service, pool, container),
             },
         },
     }
+
+
+def render_leader_worker_set(service: VLLMService, pool: PoolRender) -> Obj:
+    """One multi-node pool's LeaderWorkerSet: a group of `nodes_per_replica` pods per replica.
+
+    Why this shape:
+    - One pod per node, each with the GPUs of one pipeline stage (the tensor-parallel size), so
+      the scheduler places each stage on its own node and a group needs whole nodes.
+    - The leader runs the API server (node rank 0); workers run vLLM headless with their rank
+      from LWS_WORKER_INDEX and reach the leader at LWS_LEADER_ADDRESS (both injected by the
+      LeaderWorkerSet controller's pod webhook; Kubernetes expands `$(VAR)` in args). Only the
+      leader answers HTTP, so only it has probes and the serving label (the Service selects it).
+    - startupPolicy LeaderCreated, not LeaderReady: vLLM's leader answers /health only after
+      every worker joined its rendezvous and the weights are loaded, so workers that waited for
+      a Ready leader would never start (a deadlock). The group restarts as one
+      (RecreateGroupOnPodRestart): a pipeline without one of its stages serves nothing.
+    - A rolling update replaces whole groups (maxSurge/maxUnavailable count groups).
+    """
+    name = deployment_name(service.name, pool.gpu_type)
+    hash_ = plan_hash(service, pool)
+    base_labels = {
+        **common_labels(service.name),
+        **pool_selector_labels(service.name, pool.gpu_type),
+    }
+    security = container_security_context(service.spec.security)
+    leader = {
+        **_container(service, pool, pool.leader_argv),
+        **_probes(pool),
+        "securityContext": security,
+    }
+    worker = {
+        **_container(service, pool, pool.worker_argv),
+        "securityContext": security,
+    }
+    # Workers listen only for NCCL/Gloo traffic from the group: no HTTP port.
+    del worker["ports"]
+    nccl_env = [
+        # The pods talk over the pod network: NCCL and Gloo bind to the pod's interface.
+        {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"},
+        {"name": "GLOO_SOCKET_IFNAME", "value": "eth0"},
+        {"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    leader["env"] = [*leader["env"], *nccl_env]
+    worker["env"] = [*worker["env"], *nccl_env]
+    replicas: Obj = {} if pool.replicas is None else {"replicas": pool.replicas}
+    annotations = {ANNOTATION_PLAN_HASH: hash_}
+    return {
+        "apiVersion": LWS_API_VERSION,
+        "kind": LWS_KIND,
+        "metadata": {
+            **_metadata(service, name, {LABEL_POOL: gpu_short_name(pool.gpu_type)}),
+            "annotations": {ANNOTATION_PLAN_HASH: hash_, ANNOTATION_GPU_TYPE: pool.gpu_type},
+        },
+        "spec": {
+            **replicas,
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": _rollout(service),
+            },
+            "leaderWorkerTemplate": {
+                "size": pool.nodes_per_replica,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": {
+                    "metadata": {
+                        "labels": {**base_labels, LABEL_SERVING: "true"},
+                        "annotations": annotations,
+                    },
+                    "spec": _pod_spec(service, pool, leader),
+                },
+                # A copy: the templates share no object (a caller may change one).
+                "workerTemplate": copy.deepcopy(
+                    {
+                        "metadata": {"labels": base_labels, "annotations": annotations},
+                        "spec": _pod_spec(service, pool, worker),
+                    }
+                ),
+            },
+        },
+    }
+
+
+def render_workload(service: VLLMService, pool: PoolRender) -> Obj:
+    """The pool's workload: a LeaderWorkerSet when a replica spans nodes, else a Deployment."""
+    if pool.nodes_per_replica > 1:
+        return render_leader_worker_set(service, pool)
+    return render_deployment(service, pool)
 
 
 def render_service(service: VLLMService) -> Obj:
