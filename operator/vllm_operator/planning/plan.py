@@ -10,6 +10,7 @@ node, each tensor-parallel within its node: the fewest nodes first, then the few
 reasons and concrete alternatives; it never cuts the requested context.
 """
 
+import functools
 import math
 from typing import Any
 
@@ -496,7 +497,10 @@ def plan_pool(
             f"lowered to {util} to leave {post_kv_slack_gib(1):.2f} GiB outside the budget for "
             f"what vLLM {version} allocates after the KV cache (graph capture, sampler warm-up)"
         )
-    est, tp_notes, last, short = _search(
+    # Every search of this pool: same GPU budget, model length and dtype; the default KV dtype
+    # and TP limit unless a call says otherwise (alternatives try fp8 KV or a larger TP).
+    search_pool = functools.partial(
+        _search,
         arch,
         gpu,
         intent,
@@ -506,22 +510,13 @@ def plan_pool(
         kv_dtype="auto",
         tp_limit=intent.max_gpus_per_replica,
     )
+    est, tp_notes, last, short = search_pool()
     pp = 1
     if est is None and intent.max_nodes_per_replica > 1:
         # Fewest nodes first, then (inside _search) the fewest GPUs per node: a stage never
         # spans nodes, so TP stays within maxGPUsPerReplica (the node's GPUs) on every node.
         for nodes in range(2, min(intent.max_nodes_per_replica, arch.num_hidden_layers) + 1):
-            est, pp_notes, _, _ = _search(
-                arch,
-                gpu,
-                intent,
-                util=util,
-                max_len=max_len,
-                dtype=dtype,
-                kv_dtype="auto",
-                tp_limit=intent.max_gpus_per_replica,
-                pp=nodes,
-            )
+            est, pp_notes, _, _ = search_pool(pp=nodes)
             tp_notes += pp_notes
             if est is not None:
                 pp = nodes
@@ -538,19 +533,7 @@ def plan_pool(
     observed = observation_used(est, intent) if est is not None else None
     if est is not None and margin > 0 and observed is None:
         # The margin may cost a smaller prefill chunk at the same TP, never more GPUs.
-        safe, *_ = _search(
-            arch,
-            gpu,
-            intent,
-            util=util,
-            max_len=max_len,
-            dtype=dtype,
-            kv_dtype="auto",
-            tp_limit=intent.max_gpus_per_replica,
-            margin=margin,
-            only_tp=est.args.tensor_parallel_size,
-            pp=pp,
-        )
+        safe, *_ = search_pool(margin=margin, only_tp=est.args.tensor_parallel_size, pp=pp)
         fidelity = _fidelity_reasons(safe, est, intent, margin, margin_why)
         within_error = safe is None
         est = safe or est
@@ -588,17 +571,7 @@ def plan_pool(
             notes=notes + tp_notes,
             last=last,
             other_gpus=other_gpus,
-            more_nodes=lambda nodes: _search(
-                arch,
-                gpu,
-                intent,
-                util=util,
-                max_len=max_len,
-                dtype=dtype,
-                kv_dtype="auto",
-                tp_limit=intent.max_gpus_per_replica,
-                pp=nodes,
-            )[0],
+            more_nodes=lambda nodes: search_pool(pp=nodes)[0],
         )
     conc = sequences_at(est, intent.p99_context_tokens)
     promised = conc * (1.0 - margin) if within_error else conc

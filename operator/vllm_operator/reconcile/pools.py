@@ -393,6 +393,8 @@ def _plan_group(
             deployment_name=name,
             unavailable=unavailable,
         )
+    # Pipeline stages across nodes: one pod per node of a LeaderWorkerSet group.
+    nodes = args.pipeline_parallel_size or 1
     try:
         argv = engine_argv(
             spec.vllm.version,
@@ -401,21 +403,6 @@ def _plan_group(
             allow_override=spec.vllm.allow_planner_override,
             served_model_name=spec.model.name if spec.model.source.pvc is not None else None,
         )
-    except ArgsRejected as exc:
-        return PoolOutcome(
-            gpu_type=group.product,
-            product=group.product,
-            feasible=False,
-            reason=exc.reason,
-            message=str(exc),
-            deployment_name=name,
-            unavailable=unavailable,
-        )
-    image, command, model_args = container_for(service)
-    tp = args.tensor_parallel_size
-    # Pipeline stages across nodes: one pod per node of a LeaderWorkerSet group.
-    nodes = args.pipeline_parallel_size or 1
-    try:
         leader_argv, worker_argv = (
             multinode_argv(spec.vllm.version, nodes) if nodes > 1 else ([], [])
         )
@@ -429,6 +416,8 @@ def _plan_group(
             deployment_name=name,
             unavailable=unavailable,
         )
+    image, command, model_args = container_for(service)
+    tp = args.tensor_parallel_size
     render = PoolRender(
         gpu_type=group.product,
         gpu_resource=group.resource,
