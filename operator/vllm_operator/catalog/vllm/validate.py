@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from vllm_operator.api.spec import OPERATOR_OWNED_EXTRA_ARGS
+from vllm_operator.catalog.vllm.config_rules import config_rule_problems
 from vllm_operator.catalog.vllm.errors import ArgsError, Problem
 from vllm_operator.catalog.vllm.loader import (
     dest_index,
@@ -331,6 +332,9 @@ def _check_json(flag: str, jv: JsonValueSpec, value: str, version: str) -> str |
     if not isinstance(parsed, dict):
         return f"{flag} expects a JSON object ({jv.config}) in vLLM {version}, got {value!r}"
     problems = _object_problems(flag, version, jv.config or "", parsed)
+    cls = load_version(version).config_classes.get(jv.config or "")
+    if not problems and cls is not None:
+        problems = config_rule_problems(flag, version, cls, parsed)
     return "; ".join(problems) if problems else None
 
 
