@@ -152,6 +152,27 @@ SHORTHANDS: list[list[str]] = [
     ["--structured-outputs-config", '{"guided_decoding_backend": "xgrammar"}'],
     ["--pooler-config", '{"pooling_type": "MEAN"}'],
     ["--pooler-config", '{"zz_pooling": "MEAN"}'],
+    # config-class validators kept and broken (catalog/vllm/config_rules.py)
+    [
+        "--structured-outputs-config",
+        '{"disable_additional_properties": true, "backend": "guidance"}',
+    ],
+    [
+        "--structured-outputs-config",
+        '{"disable_additional_properties": true, "backend": "xgrammar"}',
+    ],
+    [
+        "--profiler-config",
+        '{"profiler": "torch", "torch_profiler_dir": "/tmp/p", "capture_torch_profiler": true}',
+    ],
+    [
+        "--profiler-config",
+        '{"profiler": "proton", "proton_profiler_dir": "/tmp/p", "proton_mode": "x"}',
+    ],
+    ["--profiler-config", '{"profiler": "cuda", "proton_context": "python"}'],
+    ["--ec-transfer-config", '{"ec_connector": "ECExampleConnector", "ec_role": "ec_producer"}'],
+    ["--attention-config", '{"sparse_mla_prefill_workspace_factor": 2}'],
+    ["--kernel-config", '{"linear_backend_per_quant": {"nvfp4_w4a16": "humming"}}'],
 ]
 
 
