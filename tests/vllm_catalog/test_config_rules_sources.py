@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_operator.catalog.vllm import check_argv, load_version
+from vllm_operator.catalog.vllm import ArgsError, check_argv, load_version, render_extra_args
 from vllm_operator.catalog.vllm.config_rules import RULES, ConfigRule
 from vllm_operator.catalog.vllm.loader import supported_versions
 
@@ -174,3 +174,18 @@ def test_the_ranges_start_where_vllm_started_checking() -> None:
     assert "sparse_mla_prefill_workspace_factor" not in (
         load_version("0.31.0").config_classes["AttentionConfig"].fields
     )
+
+
+def test_render_refuses_extra_args_that_break_a_rule_in_json_and_dotted_forms() -> None:
+    """spec.vllm.extraArgs go through the same rules, whichever form the value is written in."""
+    with pytest.raises(ArgsError) as json_form:
+        render_extra_args("0.33.0", {"--kv-transfer-config": '{"kv_connector": "NixlConnector"}'})
+    (problem,) = json_form.value.problems
+    assert "Please specify kv_role when kv_connector is set" in problem.message
+    assert "vllm/config/kv_transfer.py:KVTransferConfig.__post_init__" in problem.message
+    with pytest.raises(ArgsError, match="capture_torch_profiler is only applicable"):
+        render_extra_args("0.33.0", {"--profiler-config.capture_torch_profiler": "true"})
+    assert render_extra_args(
+        "0.33.0",
+        {"--kv-transfer-config": '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'},
+    ) == ["--kv-transfer-config", '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}']
