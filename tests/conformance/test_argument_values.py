@@ -172,6 +172,16 @@ SHORTHANDS: list[list[str]] = [
     ["--profiler-config", '{"profiler": "cuda", "proton_context": "python"}'],
     ["--ec-transfer-config", '{"ec_connector": "ECExampleConnector", "ec_role": "ec_producer"}'],
     ["--attention-config", '{"sparse_mla_prefill_workspace_factor": 2}'],
+    ["--profiler-config", '{"profiler": "torch"}'],
+    ["--profiler-config", '{"profiler": "proton"}'],
+    ["--profiler-config", '{"torch_profiler_dir": "/tmp/p"}'],
+    ["--profiler-config.profiler=torch", "--profiler-config.torch_profiler_dir=/tmp/p"],
+    [
+        "--profiler-config",
+        '{"profiler": "torch", "torch_profiler_dir": "/p", "torch_profiler_activities": ["CPU", "CPU"]}',
+    ],
+    ["--structured-outputs-config", '{"disable_any_whitespace": true, "backend": "outlines"}'],
+    ["--structured-outputs-config", '{"disable_any_whitespace": true}'],
     ["--kernel-config", '{"linear_backend_per_quant": {"nvfp4_w4a16": "humming"}}'],
 ]
 

@@ -41,6 +41,30 @@ BREAKS: dict[str, tuple[dict[str, object], dict[str, object]]] = {
         {"disable_additional_properties": True},
         {"disable_additional_properties": True, "backend": "guidance"},
     ),
+    "disable-any-whitespace-needs-xgrammar-or-guidance": (
+        {"disable_any_whitespace": True, "backend": "outlines"},
+        {"disable_any_whitespace": True, "backend": "xgrammar"},
+    ),
+    "torch-profiler-activities-without-duplicates": (
+        {
+            "torch_profiler_activities": ["CPU", "CPU"],
+            "profiler": "torch",
+            "torch_profiler_dir": "/p",
+        },
+        {"torch_profiler_activities": ["CPU"], "profiler": "torch", "torch_profiler_dir": "/p"},
+    ),
+    "torch-profiler-dir-needs-torch": (
+        {"torch_profiler_dir": "/tmp/p"},
+        {"torch_profiler_dir": "/tmp/p", "profiler": "torch"},
+    ),
+    "torch-profiler-needs-dir": (
+        {"profiler": "torch"},
+        {"profiler": "torch", "torch_profiler_dir": "/tmp/p"},
+    ),
+    "proton-profiler-needs-dir": (
+        {"profiler": "proton"},
+        {"profiler": "proton", "proton_profiler_dir": "/tmp/p"},
+    ),
     "capture-torch-profiler-needs-torch": (
         {"capture_torch_profiler": True},
         {"capture_torch_profiler": True, "profiler": "torch", "torch_profiler_dir": "/tmp/p"},

@@ -12,6 +12,7 @@ citation against the cached release sources. Only the rules a single flag's valu
 here (the engine-wide cross-field rules live in planning/engine_rules.py). Pure.
 """
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -75,6 +76,41 @@ def _only_with(
         return ()
 
     return check
+
+
+def _needs(
+    backend_key: str, backend: str, key: str
+) -> Callable[[Obj, ConfigClassSpec], tuple[object, ...] | None]:
+    """``backend_key`` is ``backend`` while ``key`` is empty or unset."""
+
+    def check(obj: Obj, cls: ConfigClassSpec) -> tuple[object, ...] | None:
+        if obj.get(backend_key) != backend or obj.get(key):
+            return None
+        return ()
+
+    return check
+
+
+def _one_of(
+    key: str, backend_key: str, backends: tuple[str, ...], default: str
+) -> Callable[[Obj, ConfigClassSpec], tuple[object, ...] | None]:
+    """``key`` switched on while ``backend_key`` (``default`` when unset) is none of ``backends``."""
+
+    def check(obj: Obj, cls: ConfigClassSpec) -> tuple[object, ...] | None:
+        if not obj.get(key) or obj.get(backend_key, default) in backends:
+            return None
+        return ()
+
+    return check
+
+
+def _duplicate_activities(obj: Obj, cls: ConfigClassSpec) -> tuple[object, ...] | None:
+    """Checked by vLLM only once profiler is "torch" (else the rule above fires first)."""
+    value = obj.get("torch_profiler_activities")
+    if obj.get("profiler") != "torch" or not isinstance(value, list):
+        return None
+    as_text = [json.dumps(v, sort_keys=True) for v in value]
+    return () if len(as_text) != len(set(as_text)) else None
 
 
 def _activities(obj: Obj, cls: ConfigClassSpec) -> tuple[object, ...] | None:
@@ -179,6 +215,53 @@ RULES: tuple[ConfigRule, ...] = (
         check=_only_with("disable_additional_properties", "backend", "guidance"),
     ),
     ConfigRule(
+        name="disable-any-whitespace-needs-xgrammar-or-guidance",
+        flag="--structured-outputs-config",
+        since="0.11.0",
+        until=None,
+        sources=_DECODING,
+        quote="disable_any_whitespace is only supported for xgrammar and guidance backends.",
+        check=_one_of("disable_any_whitespace", "backend", ("xgrammar", "guidance"), "auto"),
+    ),
+    # ProfilerConfig: from 0.16.0 (until 0.15.1 environment variables could set profiler and
+    # torch_profiler_dir, so a value alone did not decide these rules).
+    ConfigRule(
+        name="torch-profiler-activities-need-torch",
+        flag="--profiler-config",
+        since="0.31.0",
+        until=None,
+        sources={"0.31.0": _PROFILER},
+        quote="torch_profiler_activities is only applicable when profiler is set to 'torch'",
+        check=_activities,
+    ),
+    ConfigRule(
+        name="torch-profiler-activities-without-duplicates",
+        flag="--profiler-config",
+        since="0.31.0",
+        until=None,
+        sources={"0.31.0": _PROFILER},
+        quote="torch_profiler_activities must not contain duplicates",
+        check=_duplicate_activities,
+    ),
+    ConfigRule(
+        name="torch-profiler-dir-needs-torch",
+        flag="--profiler-config",
+        since="0.16.0",
+        until=None,
+        sources={"0.16.0": _PROFILER},
+        quote="torch_profiler_dir is only applicable when profiler is set to 'torch'",
+        check=_only_with("torch_profiler_dir", "profiler", "torch"),
+    ),
+    ConfigRule(
+        name="torch-profiler-needs-dir",
+        flag="--profiler-config",
+        since="0.16.0",
+        until=None,
+        sources={"0.16.0": _PROFILER},
+        quote="torch_profiler_dir must be set when profiler is 'torch'",
+        check=_needs("profiler", "torch", "torch_profiler_dir"),
+    ),
+    ConfigRule(
         name="capture-torch-profiler-needs-torch",
         flag="--profiler-config",
         since="0.26.0",
@@ -197,13 +280,13 @@ RULES: tuple[ConfigRule, ...] = (
         check=_proton,
     ),
     ConfigRule(
-        name="torch-profiler-activities-need-torch",
+        name="proton-profiler-needs-dir",
         flag="--profiler-config",
-        since="0.31.0",
+        since="0.28.0",
         until=None,
-        sources={"0.31.0": _PROFILER},
-        quote="torch_profiler_activities is only applicable when profiler is set to 'torch'",
-        check=_activities,
+        sources={"0.28.0": _PROFILER},
+        quote="proton_profiler_dir must be set when profiler is 'proton'",
+        check=_needs("profiler", "proton", "proton_profiler_dir"),
     ),
     ConfigRule(
         name="sparse-mla-prefill-workspace-factor-at-least-2",
