@@ -311,7 +311,8 @@ RULES: tuple[ConfigRule, ...] = (
         constraint=("linear_backend_per_quant", "min_length", 1),
     ),
 )
-"""Every mirrored validator, in the order vLLM runs them within a class."""
+"""Every mirrored validator, grouped by config class; all broken ones are reported (vLLM stops at
+the first it reaches)."""
 
 
 def config_rule_problems(flag: str, version: str, cls: ConfigClassSpec, obj: Obj) -> list[str]:
