@@ -199,9 +199,10 @@ def plan(
                 args = overridden.plan.engine_args.rendered()
                 rendered = {k: None if k in overridden.unplanned else v for k, v in args.items()}
                 refusal = pool_refusal(one, result.gpu_type, overridden, rendered, result.engine)
-                if refusal is not None:
-                    doc.reason, doc.problems = refusal.reason, [f"{gpu.label}: {refusal.message}"]
-                    echo_refusal(doc, err=True)
+                if refusal is not None:  # as render reports a refused pool
+                    click.echo(
+                        f"{doc.where}: {gpu.label}: {refusal.reason}: {refusal.message}", err=True
+                    )
                     worst = max(worst, EXIT_REJECTED)
                     continue
                 result = overridden.plan
