@@ -41,6 +41,10 @@ def result_dict(result: PlanResult) -> dict[str, Any]:
     if data.get("layout", 0) is None:
         del data["layout"]  # single-node plans print as they did before multi-node layouts
     data["feasible"] = isinstance(result, PoolPlan)
+    memory = data.get("memory") or {}
+    for key in ("lora_gib", "draft_weights_gib", "draft_kv_gib"):
+        if not memory.get(key):  # printed only for a spec with LoRA or a draft
+            memory.pop(key, None)
     return data
 
 
@@ -96,6 +100,8 @@ def _print_plan(console: Console, name: str, result: PlanResult) -> None:
         ("GPU total (CUDA), GiB", m.gpu_total_gib),
         ("budget, GiB", m.budget_gib),
         ("weights, GiB", m.weights_gib),
+        *((("LoRA slots, GiB", m.lora_gib),) if m.lora_gib else ()),
+        *((("draft weights, GiB", m.draft_weights_gib),) if m.draft_weights_gib else ()),
         ("activation peak, GiB", m.activation_gib),
         ("non-torch, GiB", m.non_torch_gib),
         (
@@ -106,6 +112,8 @@ def _print_plan(console: Console, name: str, result: PlanResult) -> None:
         ("KV cache, GiB", m.kv_cache_gib),
     ):
         table.add_row(label, f"{value:.2f}")
+    if m.draft_kv_gib:
+        table.add_row("of which draft KV, GiB", f"{m.draft_kv_gib:.2f}")
     table.add_row("KV cache tokens", f"{m.kv_cache_tokens:,}")
     table.add_row("concurrency at P99", f"{m.concurrency_at_p99:.2f}")
     console.print(table)

@@ -25,7 +25,7 @@ from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.memory import KV_DTYPES_FP8, EngineArgs, estimate_memory
-from vllm_operator.planning.plan import MemoryBreakdown, PoolPlan
+from vllm_operator.planning.plan import MemoryBreakdown, PoolPlan, draft_kv_gib
 
 MEMORY_FIELDS = frozenset(
     {
@@ -313,6 +313,9 @@ def _recompute(
         gpu_total_gib=est.gpu_total_gib,
         budget_gib=est.budget_gib,
         weights_gib=est.weights_gib,
+        lora_gib=est.lora_gib,
+        draft_weights_gib=est.draft_weights_gib,
+        draft_kv_gib=draft_kv_gib(est),
         activation_gib=est.activation_peak_gib,
         non_torch_gib=est.non_torch_gib,
         cuda_graph_gib=est.cuda_graph_gib,
