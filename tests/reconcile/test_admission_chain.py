@@ -376,3 +376,25 @@ def test_the_registry_data_names_its_source_and_wheels() -> None:
     assert data["architectures"]["LlamaForCausalLM"]["first"] == min(
         data["scanned"], key=lambda v: tuple(int(x) for x in v.split("."))
     )
+
+
+@pytest.mark.parametrize(("version", "rendered"), [("0.11.0", False), ("0.33.0", True)])
+def test_a_hybrid_is_not_refused_for_the_planners_own_block_size(
+    tmp_path: Path, version: str, rendered: bool
+) -> None:
+    # Qwen3-Next (registered since vLLM 0.10.2): its attention block is aligned to the state
+    # page (272 tokens here), a size 0.11.0's --block-size choices (1 ... 128) refuse on the
+    # command line although vLLM aligns to it itself; left out there, rendered where accepted.
+    doc = _service({})
+    doc["spec"]["model"] = {"name": "Qwen/Qwen3-Next-80B-A3B-Instruct"}
+    doc["spec"]["vllm"] = {"version": version}
+    doc["spec"]["placement"] = {"gpuTypes": ["NVIDIA-H100-80GB-HBM3"], "maxGPUsPerReplica": 8}
+    path = tmp_path / "svc.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = CliRunner().invoke(cli, ["render", str(path)])
+    assert result.exit_code == 0, result.stderr
+    (deployment,) = [
+        d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Deployment"
+    ]
+    argv = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert ("--block-size" in argv) is rendered

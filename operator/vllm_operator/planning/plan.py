@@ -24,6 +24,7 @@ from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.api.status import StageMemory as StatusStage
 from vllm_operator.catalog.architectures import Architecture
 from vllm_operator.catalog.gpus import GpuFacts
+from vllm_operator.catalog.vllm.loader import flag_spec
 from vllm_operator.planning.alternatives import (
     Infeasible,
     infeasible,
@@ -679,7 +680,7 @@ def plan_pool(
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
-        block_size=args.block_size,
+        block_size=rendered_block_size(arch, version, args.block_size),
         dtype=args.dtype,
         kv_cache_dtype=args.kv_cache_dtype,
         quantization=intent.quantization,
@@ -823,6 +824,24 @@ def _fit_elsewhere(
             label += f" PP={args.pipeline_parallel_size}"
         return label, result.memory.concurrency_at_p99
     return None
+
+
+def rendered_block_size(arch: Architecture, version: str, block_size: int | None) -> int | None:
+    """The block size to render, or None to leave it to vLLM.
+
+    A hybrid's block size is the one vLLM aligns itself (the memory model computes it the same
+    way, hybrid_layout); a release whose parser takes only a few sizes (0.11.0: 1 ... 128)
+    refuses the aligned size on the command line although it runs the model with it (#26: a
+    hybrid on a release that supports it was refused because of the planner's own block size).
+    There it is left out, and vLLM aligns it at startup as the plan assumes.
+    """
+    if block_size is None or not arch.is_hybrid:
+        return block_size
+    spec = flag_spec(version, "--block-size")
+    choices = () if spec is None or spec.choices is None else tuple(map(str, spec.choices))
+    if choices and str(block_size) not in choices:
+        return None
+    return block_size
 
 
 def draft_kv_gib(est: MemoryEstimate) -> float:
