@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from tests.reconcile.test_controller import (
     OfflineHub,
@@ -25,6 +27,7 @@ from tests.reconcile.test_controller import (
     example,
     status_of,
 )
+from vllm_operator.api.manifests import ServiceInvalid
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.catalog.architectures import (
@@ -38,7 +41,7 @@ from vllm_operator.kube.gateway import Kind
 from vllm_operator.reconcile import admission_chain as chain
 from vllm_operator.reconcile.admission import review
 from vllm_operator.reconcile.inventory import group_gpu_nodes
-from vllm_operator.reconcile.pools import ServiceRejected, prepare_service
+from vllm_operator.reconcile.pools import ServiceRejected, plan_pools, prepare_service
 
 from .nodes import gpu_node
 
@@ -398,3 +401,79 @@ def test_a_hybrid_is_not_refused_for_the_planners_own_block_size(
     ]
     argv = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert ("--block-size" in argv) is rendered
+
+
+# ----------------------------------------------------------- no traceback for any override
+
+_NUMBERS = st.one_of(
+    st.integers(min_value=-2, max_value=1 << 20).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(str),
+    st.sampled_from(["", "auto", "true", "1e9", "0x10", "-0", "1_000"]),
+)
+_SPECULATIVE = st.fixed_dictionaries(
+    {"method": st.sampled_from(["ngram", "mtp", "eagle", "draft_model"])},
+    optional={
+        "num_speculative_tokens": st.one_of(
+            st.integers(-3, 64),
+            st.floats(allow_nan=False),
+            st.text(max_size=3),
+            st.booleans(),
+            st.none(),
+            st.lists(st.integers(), max_size=2),
+        ),
+        "prompt_lookup_max": st.integers(0, 8),
+    },
+).map(json.dumps)
+_OVERRIDES = st.dictionaries(
+    st.sampled_from(
+        [
+            "--gpu-memory-utilization",
+            "--max-model-len",
+            "--max-num-seqs",
+            "--tensor-parallel-size",
+            "--data-parallel-size",
+            "--pipeline-parallel-size",
+            "--max-num-batched-tokens",
+            "--block-size",
+            "--max-loras",
+            "--max-lora-rank",
+        ]
+    ),
+    _NUMBERS,
+    max_size=4,
+).flatmap(
+    lambda d: st.builds(
+        lambda spec, lora: {
+            **d,
+            **({"--speculative-config": spec} if spec else {}),
+            **({"--enable-lora": ""} if lora else {}),
+        },
+        st.one_of(st.none(), _SPECULATIVE),
+        st.booleans(),
+    )
+)
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, database=None)
+@given(extra=_OVERRIDES, nodes=st.integers(1, 3))
+def test_no_override_raises_anywhere_in_the_chain(extra: dict[str, str], nodes: int) -> None:
+    """Whatever the overrides, plan_pools answers with pools or a ServiceRejected from the
+    chain: never another exception (the reconcile, the webhook and the CLI share this path)."""
+    obj = _service(extra)
+    obj["spec"]["placement"]["maxNodesPerReplica"] = nodes
+    try:
+        service = chain.check_object(obj)
+    except ServiceInvalid:
+        return
+    try:
+        prepared = prepare_service(service, RESOLVER)
+    except ServiceRejected as exc:
+        event(f"service refused: {exc.reason}")
+        assert exc.reason in set(Reason) and exc.message
+        return
+    groups = group_gpu_nodes([gpu_node("l4-0", "NVIDIA-L4", 8)])
+    for pool in plan_pools(prepared, groups):
+        event(f"pool: {pool.reason}")
+        assert pool.feasible or pool.message
+        if pool.reason == Reason.INVALID_ENGINE_CONFIG:
+            assert "spec.vllm.extraArgs" in pool.message or "extraArgs" in pool.message
