@@ -263,6 +263,17 @@ def test_the_reconcile_and_the_webhook_refuse_what_cannot_start(case: str) -> No
     assert path in verdict.message
 
 
+def test_vllms_own_long_context_switch_lets_a_longer_max_model_len_through(
+    tmp_path: Path,
+) -> None:
+    doc = _service({"--max-model-len": "262144"})
+    doc["spec"]["vllm"]["env"] = [{"name": "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "value": "1"}]
+    path = tmp_path / "svc.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+
+
 def test_weights_beyond_the_budget_with_an_override_are_refused_not_rendered(
     tmp_path: Path,
 ) -> None:

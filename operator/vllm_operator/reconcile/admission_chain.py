@@ -294,13 +294,22 @@ def _model_len_override(subject: ModelSubject) -> Refusal | None:
     value = values.get("max_model_len")
     if limit is None or not isinstance(value, int) or isinstance(value, bool) or value <= limit:
         return None
+    # vLLM's own escape hatch (vllm/envs.py VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" or "true"): the
+    # user has said the model takes longer inputs than its config declares
+    if any(
+        e.name == "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+        and (e.value or "").strip().lower() in ("1", "true")
+        for e in spec.vllm.env
+    ):
+        return None
     flags = {n: f for f, n in extra_arg_fields(spec.vllm.version, spec.vllm.extra_args).items()}
     flag = flags.get("max_model_len", "--max-model-len")
     return Refusal(
         Reason.INVALID_ENGINE_CONFIG,
         f"spec.vllm.extraArgs[{flag}]",
         f"spec.vllm.extraArgs[{flag}]: {value} is above the model's maximum length {limit} "
-        f"({subject.arch.name} max_position_embeddings): vLLM refuses to start with it",
+        f"({subject.arch.name} max_position_embeddings): vLLM refuses to start with it unless "
+        "spec.vllm.env sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
     )
 
 
@@ -419,7 +428,7 @@ register(
         "override-model-len",
         Stage.MODEL,
         Reason.INVALID_ENGINE_CONFIG,
-        (_EXTRA, "spec.model.architecture.maxPositionEmbeddings"),
+        (_EXTRA, "spec.model.architecture.maxPositionEmbeddings", "spec.vllm.env"),
         _model_len_override,
         "A max_model_len override stays within the model's maximum length.",
     )
@@ -515,7 +524,7 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
         "engine-rules",
     ),
     "spec.vllm.allowPlannerOverride": ("schema", "extra-flags", "override-layout"),
-    "spec.vllm.env": _SCHEMA,
+    "spec.vllm.env": ("schema", "override-model-len"),
     "spec.vllm.env.name": _SCHEMA,
     "spec.vllm.env.value": _SCHEMA,
     "spec.workload": _SCHEMA,
