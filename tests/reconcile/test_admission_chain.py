@@ -322,6 +322,17 @@ def test_an_override_that_only_misses_the_target_renders_and_plan_shows_it(
     assert argv[argv.index("--max-num-seqs") + 1] == "8"
     assert argv[argv.index("--max-model-len") + 1] == str(args["max_model_len"])
     assert argv[argv.index("--max-num-batched-tokens") + 1] == str(args["max_num_batched_tokens"])
+    # ... and both agree with the status and the Deployment the reconcile writes
+    gw = cluster()
+    gw.add(_service(extra))
+    controller(gw).reconcile("default", "llama-8b-chat")
+    (pool_status,) = status_of(gw, "llama-8b-chat")["pools"]
+    wire = pool_status["plan"]["engineArgs"]
+    assert {k: v for k, v in args.items() if v is not None} == wire
+    assert condition(status_of(gw, "llama-8b-chat"), "Feasible")["reason"] == "PlanOverridden"
+    live = gw.get(Kind.DEPLOYMENT, "default", "llama-8b-chat-l4")
+    assert live is not None
+    assert live["spec"]["template"]["spec"]["containers"][0]["args"] == argv
 
 
 @pytest.mark.parametrize(
