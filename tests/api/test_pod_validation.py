@@ -188,3 +188,20 @@ def test_every_check_is_named_and_listed_once() -> None:
     names = [c.__name__ for c in POD_CHECKS]
     assert len(set(names)) == len(names) and all(n.startswith("check_") for n in names)
     assert pod_problems(check_service(copy.deepcopy(VALID)).spec) == []
+
+
+def test_the_admission_webhook_denies_with_the_field_path() -> None:
+    """The webhook's review runs the same check_service: denied as InvalidSpec, field named."""
+    from vllm_operator.api.reasons import Reason
+    from vllm_operator.reconcile.admission import review
+
+    def unused(_: object) -> object:
+        raise AssertionError("a pod-level refusal needs no architecture")
+
+    verdict = review(
+        build(security={"pod": {"runAsUser": 0}}),
+        {},
+        unused,  # type: ignore[arg-type]
+    )
+    assert not verdict.allowed and verdict.reason == Reason.INVALID_SPEC
+    assert "spec.security.pod.runAsUser" in verdict.message
