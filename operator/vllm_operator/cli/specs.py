@@ -27,7 +27,7 @@ from vllm_operator.catalog.architectures import (
     architecture_from_override,
     lookup_architecture,
 )
-from vllm_operator.cli.files import load_mapping_documents
+from vllm_operator.cli.files import load_object_documents
 from vllm_operator.reconcile.admission_chain import check_model_steps
 from vllm_operator.reconcile.pools import (
     PreparedService,
@@ -71,8 +71,24 @@ def check_file(path: Path) -> list[Checked]:
     An unreadable or malformed file raises cli.files.FileError (exit 2).
     """
     out: list[Checked] = []
-    for doc in parse_objects(load_mapping_documents(path)):
+    objects = load_object_documents(path)
+    seen: dict[tuple[str, str], int] = {}
+    for doc in parse_objects(objects):
         checked = Checked(where=f"{path}[{doc.index}]" + (f" {doc.name}" if doc.name else ""))
+        if doc.service is not None:
+            # Two documents naming one object: kubectl would apply the second over the first, and
+            # render would print two objects with the same name.
+            key = (doc.service.namespace or "", doc.service.name)
+            first = seen.setdefault(key, doc.index)
+            if first != doc.index:
+                checked.reason = Reason.INVALID_SPEC
+                checked.problems = [
+                    f"metadata.name: {doc.service.name!r} (namespace "
+                    f"{key[0] or '<default>'!r}) is already defined by document {first} of this "
+                    "file; accepted: one document per namespace/name"
+                ]
+                out.append(checked)
+                continue
         if doc.skipped:
             checked.skipped = doc.skipped
         elif doc.problems or doc.service is None:
