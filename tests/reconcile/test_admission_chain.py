@@ -219,8 +219,8 @@ REFUSED: dict[str, tuple[dict[str, str], Reason, str, str]] = {
             '"prompt_lookup_max": 3}'
         },
         Reason.INVALID_EXTRA_ARGS,
-        "spec.vllm.extraArgs[--speculative-config].num_speculative_tokens",
-        "2.5 is not an integer",
+        'spec.vllm.extraArgs: --speculative-config: key "num_speculative_tokens"',
+        "expects int or null in vLLM 0.33.0, got 2.5",
     ),
     "speculative-tokens-a-string": (
         {
@@ -228,8 +228,10 @@ REFUSED: dict[str, tuple[dict[str, str], Reason, str, str]] = {
             '"prompt_lookup_max": 3}'
         },
         Reason.INVALID_EXTRA_ARGS,
-        "spec.vllm.extraArgs[--speculative-config].num_speculative_tokens",
-        "'two' is not an integer",
+        # Typed from the release's SpeculativeConfig by the extra-flags step (before the
+        # adapters step, which still guards the planner's reading of the value).
+        'spec.vllm.extraArgs: --speculative-config: key "num_speculative_tokens"',
+        "expects int or null",
     ),
 }
 

@@ -194,7 +194,9 @@ def _raise(refusal: Refusal | None) -> None:
 
 
 def check_object(obj: Any) -> VLLMService:
-    """The object stage: the API server's schema and CEL rules (raises api ServiceInvalid)."""
+    """The object stage: the API server's schema and CEL rules, then the pod-level checks
+    ("schema" and "pod-fields", both in api.manifests.check_service so that the CLI's parse path
+    lists every problem of an object at once); raises api ServiceInvalid."""
     return check_service(obj)
 
 
@@ -358,6 +360,19 @@ register(
 )
 register(
     Step(
+        "pod-fields",
+        Stage.OBJECT,
+        Reason.INVALID_SPEC,
+        (),  # the pod-level fields: COVERAGE maps each one to it
+        check=lambda _: None,  # run by check_object, after the schema (api/pod_validation.py)
+        doc="What the API server's core/v1 validation or the kubelet would refuse in the "
+        "rendered pods (UID/GID ranges, runAsUser 0 with runAsNonRoot, capability names, label "
+        "and toleration keys, Secret keys, image references): api.pod_validation.POD_CHECKS, "
+        "run with the schema so every problem of the object is listed at once.",
+    )
+)
+register(
+    Step(
         "release",
         Stage.SERVICE,
         Reason.UNSUPPORTED_VERSION,
@@ -469,6 +484,7 @@ register(
 # ----------------------------------------------------------------------- the coverage table
 
 _SCHEMA = ("schema",)
+_POD = ("schema", "pod-fields")
 
 COVERAGE: Mapping[str, tuple[str, ...]] = {
     # every spec field path -> the steps that judge it (beyond "schema", listed where it is
@@ -480,7 +496,7 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
     "spec.model.source.huggingFace": _SCHEMA,
     "spec.model.source.huggingFace.tokenSecretRef": _SCHEMA,
     "spec.model.source.huggingFace.tokenSecretRef.name": _SCHEMA,
-    "spec.model.source.huggingFace.tokenSecretRef.key": _SCHEMA,
+    "spec.model.source.huggingFace.tokenSecretRef.key": _POD,
     "spec.model.source.pvc": _SCHEMA,
     "spec.model.source.pvc.claimName": _SCHEMA,
     "spec.model.source.pvc.path": _SCHEMA,
@@ -512,7 +528,7 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
     "spec.model.architecture.maxPositionEmbeddings": ("schema", "override-model-len"),
     "spec.vllm": _SCHEMA,
     "spec.vllm.version": ("schema", "release", "architecture-release", "multi-node-flags"),
-    "spec.vllm.image": _SCHEMA,
+    "spec.vllm.image": _POD,
     "spec.vllm.extraArgs": (
         "schema",
         "extra-flags",
@@ -535,9 +551,9 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
     "spec.workload.latencyProfile": _SCHEMA,
     "spec.placement": _SCHEMA,
     "spec.placement.gpuTypes": _SCHEMA,
-    "spec.placement.nodeSelector": _SCHEMA,
+    "spec.placement.nodeSelector": _POD,
     "spec.placement.tolerations": _SCHEMA,
-    "spec.placement.tolerations.key": _SCHEMA,
+    "spec.placement.tolerations.key": _POD,
     "spec.placement.tolerations.operator": _SCHEMA,
     "spec.placement.tolerations.value": _SCHEMA,
     "spec.placement.tolerations.effect": _SCHEMA,
@@ -574,23 +590,23 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
     "spec.rollout.maxUnavailable": _SCHEMA,
     "spec.security": _SCHEMA,
     "spec.security.pod": _SCHEMA,
-    "spec.security.pod.runAsUser": _SCHEMA,
-    "spec.security.pod.runAsGroup": _SCHEMA,
-    "spec.security.pod.runAsNonRoot": _SCHEMA,
-    "spec.security.pod.fsGroup": _SCHEMA,
-    "spec.security.pod.supplementalGroups": _SCHEMA,
+    "spec.security.pod.runAsUser": _POD,
+    "spec.security.pod.runAsGroup": _POD,
+    "spec.security.pod.runAsNonRoot": _POD,
+    "spec.security.pod.fsGroup": _POD,
+    "spec.security.pod.supplementalGroups": _POD,
     "spec.security.pod.seccompProfile": _SCHEMA,
     "spec.security.pod.seccompProfile.type": _SCHEMA,
     "spec.security.pod.seccompProfile.localhostProfile": _SCHEMA,
     "spec.security.container": _SCHEMA,
     "spec.security.container.allowPrivilegeEscalation": _SCHEMA,
     "spec.security.container.capabilities": _SCHEMA,
-    "spec.security.container.capabilities.add": _SCHEMA,
-    "spec.security.container.capabilities.drop": _SCHEMA,
+    "spec.security.container.capabilities.add": _POD,
+    "spec.security.container.capabilities.drop": _POD,
     "spec.security.container.readOnlyRootFilesystem": _SCHEMA,
-    "spec.security.container.runAsUser": _SCHEMA,
-    "spec.security.container.runAsGroup": _SCHEMA,
-    "spec.security.container.runAsNonRoot": _SCHEMA,
+    "spec.security.container.runAsUser": _POD,
+    "spec.security.container.runAsGroup": _POD,
+    "spec.security.container.runAsNonRoot": _POD,
     "spec.security.container.seccompProfile": _SCHEMA,
     "spec.security.container.seccompProfile.type": _SCHEMA,
     "spec.security.container.seccompProfile.localhostProfile": _SCHEMA,
