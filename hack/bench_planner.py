@@ -373,8 +373,22 @@ def measured_margins(results: list[Result]) -> dict[tuple[str, str, str], tuple[
     }
 
 
+def widest_needed(results: list[Result]) -> float:
+    """The widest margin any era (over all its rows) or calibrated cell needs."""
+    needs = [margin for margin, _, _ in measured_margins(results).values()]
+    for _, era in ERAS:
+        errs = [r.kv_err for r in results if r.kv_err is not None and era_of(r.version) == era]
+        if len(errs) >= MIN_CELL_ROWS:
+            needs.append(margin_for_errors(errs))
+    return max(needs)
+
+
 def margins_literal(results: list[Result]) -> str:
-    lines = ["KV_MARGINS: dict[tuple[str, str, str], tuple[float, int, float]] = {"]
+    lines = [
+        f"WIDEST_MARGIN = {widest_needed(results)}",
+        "",
+        "KV_MARGINS: dict[tuple[str, str, str], tuple[float, int, float]] = {",
+    ]
     for key, (margin, rows, p90) in sorted(
         measured_margins(results).items(), key=lambda kv: (_ERA_ORDER.get(kv[0][0], 99), kv[0])
     ):

@@ -37,7 +37,8 @@ MARGIN_FLOOR = 0.02
 # A cell needs this many rows before its own p90 is believed (issue #28: "fewer than 5 rows").
 MIN_CELL_ROWS = 5
 # The margin of a cell the bench cannot vouch for: the widest any era or calibrated cell needs
-# (the same rule over all of an era's rows; 0.20+ era: p90 11.3 %, worst over-prediction +10.0 %).
+# (the same rule over all of an era's rows; 0.20+ era: p90 11.2 %, worst over-prediction +9.9 %).
+# `python hack/bench_planner.py --margins` prints it with the table below.
 WIDEST_MARGIN = 0.12
 
 # (era, GPU family, weight format) -> (margin, rows, measured p90 %), for every cell with at least
