@@ -41,6 +41,7 @@ from vllm_operator.planning.memory import (
     estimate_memory,
     hybrid_layout,
     kv_bytes_per_token,
+    moe_workspace_bytes,
     resolve_quantization,
 )
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION, VllmVersion
@@ -205,9 +206,13 @@ def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
         base.reason = f"rejected: {exc}"
         return base
     base.answered = True
+    # vLLM 0.33 counts the persistent fused-MoE workspace as consumed memory (memory.py
+    # moe_workspace_bytes); the model carries it in its activation term, the ledger moves it.
+    moe_ws = moe_workspace_bytes(arch, est.args) / GIB
     base.ledger_pred = {
-        "consumed": est.weights_gib + est.non_torch_gib,
+        "consumed": est.weights_gib + est.non_torch_gib + moe_ws,
         "peak": est.activation_peak_gib
+        - moe_ws
         + (est.cuda_graph_gib if est.cuda_graph_subtracted else 0.0),
         "kv": est.kv_cache_gib,
     }
