@@ -30,7 +30,7 @@ from vllm_operator.planning.alternatives import (
     infeasible,
 )
 from vllm_operator.planning.errors import PlanningInputError
-from vllm_operator.planning.fidelity import kv_error_margin
+from vllm_operator.planning.fidelity import is_thin_cell, kv_error_margin, weight_format
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.intent import ObservedKv, PlanIntent
 from vllm_operator.planning.memory import (
@@ -42,6 +42,7 @@ from vllm_operator.planning.memory import (
     estimate_memory,
     post_kv_slack_gib,
     resolve_args,
+    resolve_quantization,
     sequences_at,
 )
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION, Engine, VllmVersion
@@ -533,7 +534,9 @@ def plan_pool(
             if est is not None:
                 pp = nodes
                 break
-    margin, margin_why = kv_error_margin(version, arch)
+    quant = resolve_quantization(arch, intent.quantization)
+    margin, margin_why = kv_error_margin(version, arch, gpu_facts.compute_capability, quant)
+    thin_cell = is_thin_cell(version, gpu_facts.compute_capability, weight_format(quant))
     fidelity: list[str] = []
     within_error = False
     lowered_by_observation = False
@@ -546,7 +549,7 @@ def plan_pool(
     if est is not None and margin > 0 and observed is None:
         # The margin may cost a smaller prefill chunk at the same TP, never more GPUs.
         safe, *_ = search_pool(margin=margin, only_tp=est.args.tensor_parallel_size, pp=pp)
-        fidelity = _fidelity_reasons(safe, est, intent, margin, margin_why)
+        fidelity = _fidelity_reasons(safe, est, intent, margin, margin_why, thin_cell)
         within_error = safe is None
         est = safe or est
     if est is None and not alternatives:
@@ -777,12 +780,15 @@ def _fidelity_reasons(
     intent: PlanIntent,
     margin: float,
     why: str,
+    thin_cell: bool = False,
 ) -> list[str]:
     """Why the plan differs from one that trusts the model exactly (issue #15 item 5).
 
-    Nothing when the margin changed nothing; a note when it cost a smaller prefill chunk; a
-    warning, with the concurrency promised after the margin, when only the margin-less plan fits
-    (the target then rests on the model being right within its error).
+    Nothing when the margin changed nothing (but a note when the margin is the widest one,
+    because the bench has too few rows for this era x GPU family x format, issue #28); a note
+    when it cost a smaller prefill chunk; a warning, with the concurrency promised after the
+    margin, when only the margin-less plan fits (the target then rests on the model being right
+    within its error).
     """
     pct = f"{margin * 100:.0f} %"
     if with_margin is None:
@@ -794,6 +800,8 @@ def _fidelity_reasons(
         ]
     a, b = with_margin.args, bare.args
     if a.max_num_batched_tokens == b.max_num_batched_tokens:
+        if thin_cell:
+            return [f"KV margin {pct} ({why}): the target holds with it"]
         return []
     return [
         f"KV margin {pct} ({why}): max_num_batched_tokens {a.max_num_batched_tokens} instead "
