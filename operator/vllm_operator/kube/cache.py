@@ -393,6 +393,17 @@ class CachedGateway:
             self.cache.replace_selection(kind, namespace, selector, listed)
         return listed
 
+    def list_services(self, namespace: str | None = None) -> list[Obj]:
+        """From the watch cache once synced (the services of the watched namespaces)."""
+        services = self.cache.all_of(Kind.VLLM_SERVICE)
+        if services is not None:
+            return [
+                s
+                for s in services
+                if namespace is None or (s.get("metadata") or {}).get("namespace") == namespace
+            ]
+        return self.inner.list_services(namespace)
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         return self.inner.read_secret_key(namespace, name, key)
 
