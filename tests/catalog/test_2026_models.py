@@ -31,6 +31,11 @@ ANSWERED = [
         ["--tensor-parallel-size", "8", "--max-nodes", "2"],
     ),
     ("microsoft/Phi-4-mini-instruct", "NVIDIA-L4", []),
+    ("mistralai/Devstral-Small-2505", "NVIDIA-L40S", ["--tensor-parallel-size", "2"]),
+    ("mistralai/Devstral-Small-2507", "NVIDIA-H100-80GB-HBM3", []),
+    ("deepseek-ai/DeepSeek-V3.1", "NVIDIA-H200", ["--tensor-parallel-size", "8"]),
+    ("deepseek-ai/DeepSeek-V3.1-Terminus", "NVIDIA-B200", ["--tensor-parallel-size", "8"]),
+    ("google/gemma-4-E2B-it", "NVIDIA-L4", []),
 ]
 
 
@@ -67,6 +72,18 @@ def test_families_are_read_as_their_kind() -> None:
     glm45 = lookup_architecture("zai-org/GLM-4.5")
     assert glm45.kind == "MoE" and glm45.first_k_dense_replace == 3
     assert lookup_architecture("moonshotai/Kimi-K2-Instruct-0905").max_position_embeddings == 262144
+
+
+def test_the_it_variant_of_gemma_4_e2b_is_its_base_by_the_stated_rule() -> None:
+    variant = lookup_architecture("google/gemma-4-E2B-it")
+    base = lookup_architecture("google/gemma-4-E2B")
+    assert variant.name == "google/gemma-4-E2B-it"
+    assert variant.source.startswith("same config.json as google/gemma-4-E2B (instruct/base rule)")
+    assert variant.model_dump(exclude={"name", "source"}) == base.model_dump(
+        exclude={"name", "source"}
+    )
+    devstral = lookup_architecture("mistralai/Devstral-Small-2507")
+    assert devstral.vision_params == 0 and devstral.num_hidden_layers == 40
 
 
 def test_every_added_entry_names_its_source() -> None:
