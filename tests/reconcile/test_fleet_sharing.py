@@ -5,8 +5,10 @@ import copy
 from datetime import timedelta
 from typing import Any
 
+from tests.kube.test_cache import ReadCounter
 from vllm_operator.api.spec import VLLMServiceSpec
 from vllm_operator.hub.resolver import HubArchitectureResolver
+from vllm_operator.kube.cache import CachedGateway, WatchCache
 from vllm_operator.kube.fake import FakeGateway
 from vllm_operator.kube.gateway import Kind
 from vllm_operator.reconcile.controller import Controller
@@ -125,3 +127,29 @@ def test_fleet_members_skip_the_service_itself_unreadable_and_unmeasured_service
         body("broken", {"observations": [obs]}, spec={"model": 1}),
     ]
     assert [m.name for m in fleet_members(bodies, "default", "self")] == ["measured"]
+
+
+def test_the_cached_gateway_lists_services_from_the_watch_cache() -> None:
+    gw, _, svc = measured_cluster()
+    counter = ReadCounter(gw)
+    cache = WatchCache()
+    for body in gw.list_services():
+        cache.observe(Kind.VLLM_SERVICE, None, body)
+    cache.mark_synced()
+
+    listed = CachedGateway(counter, cache).list_services()
+
+    assert [s["metadata"]["name"] for s in listed] == [svc["metadata"]["name"]]
+    assert listed[0]["status"]["observations"][0]["kvCacheTokens"] == 16384
+    assert not counter.reads  # no API read once synced
+
+
+def test_an_operator_watching_some_namespaces_lists_only_those() -> None:
+    gw, _, svc = measured_cluster()
+    gw.add(second(svc, "elsewhere") | {"metadata": {"name": "elsewhere", "namespace": "other"}})
+    counter = ReadCounter(gw)
+
+    listed = CachedGateway(counter, WatchCache(namespaces=["default"])).list_services()
+
+    assert [s["metadata"]["namespace"] for s in listed] == ["default"]
+    assert counter.reads["list:VLLMService"] == 1
