@@ -127,6 +127,10 @@ def test_fleet_members_skip_the_service_itself_unreadable_and_unmeasured_service
         body("broken", {"observations": [obs]}, spec={"model": 1}),
     ]
     assert [m.name for m in fleet_members(bodies, "default", "self")] == ["measured"]
+    assert [m.name for m in fleet_members(bodies, "default", "self", SPEC.model.name)] == [
+        "measured"
+    ]
+    assert fleet_members(bodies, "default", "self", "org/another-model") == []
 
 
 def test_the_cached_gateway_lists_services_from_the_watch_cache() -> None:

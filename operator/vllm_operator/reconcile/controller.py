@@ -594,7 +594,7 @@ class Controller:
         except GatewayError as exc:
             log.debug("Skipped fleet observations service=%s error=%s", service.name, exc)
             return list(own)
-        members = fleet_members(bodies, service.namespace, service.name)
+        members = fleet_members(bodies, service.namespace, service.name, service.spec.model.name)
         return fleet_observations(service.spec, own, members)
 
     def _nodes(self) -> list[Obj]:

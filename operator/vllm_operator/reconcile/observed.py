@@ -331,15 +331,22 @@ def fleet_observations(
     return [*own, *shared]
 
 
-def fleet_members(bodies: Iterable[dict[str, Any]], namespace: str, name: str) -> list[FleetMember]:
+def fleet_members(
+    bodies: Iterable[dict[str, Any]], namespace: str, name: str, model: str | None = None
+) -> list[FleetMember]:
     """The cluster's other VLLMServices (listed objects) with their specs and measurements;
-    objects whose spec or status does not parse, and the service itself, are left out."""
+    objects whose spec or status does not parse, and the service itself, are left out.
+
+    `model`: only services of this model are parsed (a reconcile reads every listed service;
+    most measured none of its model, and skipping them before validation keeps it cheap)."""
     members: list[FleetMember] = []
     for body in bodies:
         meta = body.get("metadata") or {}
         ns, nm = str(meta.get("namespace", "")), str(meta.get("name", ""))
         raw = (body.get("status") or {}).get("observations")
         if (ns, nm) == (namespace, name) or not raw:
+            continue
+        if model is not None and _model_name(body) != model:
             continue
         try:
             spec = VLLMServiceSpec.model_validate(body.get("spec") or {})
@@ -348,3 +355,10 @@ def fleet_members(bodies: Iterable[dict[str, Any]], namespace: str, name: str) -
             continue
         members.append(FleetMember(ns, nm, spec, status.observations))
     return members
+
+
+def _model_name(body: dict[str, Any]) -> Any:
+    """spec.model.name of a listed object, None when the object is not shaped like one."""
+    spec = body.get("spec")
+    found = spec.get("model") if isinstance(spec, dict) else None
+    return found.get("name") if isinstance(found, dict) else None
