@@ -127,8 +127,8 @@ demo-down: ## Stop the demo operator and every process of the `make demo` contro
 	hack/demo.sh down
 
 .PHONY: bench-planner
-bench-planner: $(STAMP) ## Benchmark the memory model against published vLLM startup logs; rewrites the table in docs/planning-model.md
-	$(PY) hack/bench_planner.py --write docs/planning-model.md
+bench-planner: $(STAMP) ## Benchmark the memory model against published vLLM startup logs; rewrites the table in docs/planning-model.md (ROWS=FILE: add exported fleet rows, print only)
+	$(PY) hack/bench_planner.py $(if $(ROWS),$(addprefix --rows ,$(ROWS)),--write docs/planning-model.md)
 
 # -- vLLM version catalog (issue 4): generated from the release wheels on PyPI -------------------
 

@@ -21,6 +21,7 @@ import yaml
 
 from vllm_operator.catalog.architectures import UnknownModelError, lookup_architecture
 from vllm_operator.catalog.gpus import lookup_gpu, lookup_gpu_by_memory
+from vllm_operator.cli.observations import bench_inputs
 from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.fidelity import (
     ERAS,
@@ -144,6 +145,7 @@ def gpu_family_of(cc: tuple[int, int] | None) -> str:
 
 
 def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
+    extra = {**bench_inputs(row), **extra}  # a row of `observations export` carries its own
     model = str(extra.get("model") or re.sub(r"\s*\(.*\)$", "", row["model_id"]).strip())
     version = str(extra.get("version") or _version(row["vllm_version"]) or "")
     base = Result(row=index, model=model, version=version or "?", gpu="", tp=1, answered=False)
@@ -562,10 +564,18 @@ def summary_numbers(results: list[Result]) -> dict[str, float]:
     }
 
 
-def run_all() -> list[Result]:
+def run_all(extra_rows: list[Path] | None = None) -> list[Result]:
+    """Every row of the bench CSV, then those of `extra_rows` (files in the same format, e.g.
+    `vllm-operator observations export` output), numbered on after the bench's own."""
     inputs: dict[int, dict[str, Any]] = yaml.safe_load(INPUTS.read_text("utf-8")) or {}
-    with LOGS.open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
+    rows: list[dict[str, str]] = []
+    for path in [LOGS, *(extra_rows or [])]:
+        with path.open(newline="", encoding="utf-8") as handle:
+            found = list(csv.DictReader(handle))
+        offset = len(rows)
+        rows.extend(found)
+        if path is not LOGS:
+            inputs.update({offset + i: {} for i in range(len(found))})
     return [run_row(i, row, inputs.get(i, {})) for i, row in enumerate(rows)]
 
 
@@ -575,8 +585,14 @@ def main() -> int:
     parser.add_argument(
         "--margins", action="store_true", help="print the KV_MARGINS table for planning/fidelity.py"
     )
+    parser.add_argument(
+        "--rows",
+        type=Path,
+        action="append",
+        help="more rows in the bench's CSV format (`vllm-operator observations export`)",
+    )
     opts = parser.parse_args()
-    results = run_all()
+    results = run_all(opts.rows)
     if opts.margins:
         print(margins_literal(results))
         return 0

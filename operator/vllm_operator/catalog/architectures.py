@@ -9,6 +9,7 @@ All three become one `Architecture`, the planner's internal type. Names follow c
 """
 
 import json
+from collections.abc import Mapping
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -788,6 +789,34 @@ def _raw_catalog() -> dict[str, dict[str, Any]]:
     return resolved
 
 
+INSTRUCT_SUFFIXES = ("-Instruct", "-it", "-Chat")
+"""Suffixes of the instruct / chat variant of a base checkpoint (Hugging Face naming)."""
+
+
+def variant_base(name: str, catalog: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The catalogued base an instruct/chat variant (`-Instruct`, `-it`, `-Chat`) resolves to.
+
+    Only when the base's entry states, with its source, that the variant's config.json is the
+    same in every field the memory model reads (`same_config_variants`: the suffixes). A
+    fine-tune usually keeps its base's architecture, but not always (a longer context, an
+    added token, another dtype or a quantised checkpoint all change the plan), so a name is
+    never guessed: without the statement the variant is unknown, and a variant with its own
+    entry (a differing config) always wins over the rule.
+    """
+    lower = name.lower()
+    for suffix in INSTRUCT_SUFFIXES:
+        if not lower.endswith(suffix.lower()) or len(lower) == len(suffix):
+            continue
+        stem = lower[: -len(suffix)]
+        base = next((k for k in catalog if k.lower() == stem), None)
+        if base is None:
+            continue
+        stated = {str(s).lower() for s in catalog[base].get("same_config_variants") or []}
+        if suffix.lower() in stated:
+            return base
+    return None
+
+
 def catalog_names() -> list[str]:
     """Model ids the catalog knows (complete or not)."""
     return sorted(_raw_catalog())
@@ -802,8 +831,17 @@ def lookup_architecture(name: str) -> Architecture:
     catalog = _raw_catalog()
     key = name if name in catalog else next((k for k in catalog if k.lower() == name.lower()), None)
     if key is None:
-        raise UnknownModelError(name, "not in the built-in catalog")
-    entry = dict(catalog[key])
+        base = variant_base(name, catalog)
+        if base is None:
+            raise UnknownModelError(name, "not in the built-in catalog")
+        key = name
+        stated = catalog[base].get("source", "")
+        entry = {
+            **catalog[base],
+            "source": f"same config.json as {base} (instruct/base rule); {stated}",
+        }
+    else:
+        entry = dict(catalog[key])
     alias_of = entry.get("alias_of")
     if alias_of and alias_of in catalog:
         entry = {**catalog[alias_of], **{k: v for k, v in entry.items() if v is not None}}

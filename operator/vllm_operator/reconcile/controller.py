@@ -9,7 +9,7 @@ makes zero write calls, and a restart in the middle of a rollout simply continue
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -18,9 +18,11 @@ from vllm_operator.api import ScalingMode, VLLMService, VLLMServiceStatus
 from vllm_operator.api.manifests import ServiceInvalid
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
+from vllm_operator.api.status import Observation
 from vllm_operator.kube.gateway import (
     POOL_KINDS,
     ConflictError,
+    GatewayError,
     Kind,
     KubeGateway,
     Obj,
@@ -41,6 +43,7 @@ from vllm_operator.reconcile.failures import (
     one_line,
 )
 from vllm_operator.reconcile.inventory import GpuNodeGroup, canonical_label, group_gpu_nodes
+from vllm_operator.reconcile.observed import fleet_members, fleet_observations
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     PlanCache,
@@ -461,7 +464,7 @@ class Controller:
             budgets.usable_mib,
             old_status.overrides,
             plans=self.plans,
-            observations=old_status.observations,
+            observations=self._fleet_observations(service, old_status.observations),
         )
         note = budget_note(service, budgets)
 
@@ -580,6 +583,20 @@ class Controller:
             self.scheduler.call_later(
                 (namespace, name), exc.delay, lambda: self._reconcile_quietly(namespace, name)
             )
+
+    def _fleet_observations(
+        self, service: VLLMService, own: Sequence[Observation]
+    ) -> list[Observation]:
+        """The service's own measurements plus those of the cluster's other services with the
+        same engine configuration (reconcile/observed.py fleet_observations). Sharing is an
+        improvement, never a reason to fail: a list the API refuses plans from its own."""
+        try:
+            bodies = self.gw.list_services()
+        except GatewayError as exc:
+            log.debug("Skipped fleet observations service=%s error=%s", service.name, exc)
+            return list(own)
+        members = fleet_members(bodies, service.namespace, service.name, service.spec.model.name)
+        return fleet_observations(service.spec, own, members)
 
     def _nodes(self) -> list[Obj]:
         if self._node_cache_seconds <= 0:
