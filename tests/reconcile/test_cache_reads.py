@@ -1,8 +1,6 @@
 """The controller on the watch cache (#21): a no-op reconcile and an idle evaluation read nothing
 from the API server, and what the cache learns from writes is what the next reconcile sees."""
 
-import threading
-import time
 from datetime import timedelta
 
 from vllm_operator.hub.resolver import HubArchitectureResolver
@@ -93,31 +91,33 @@ def test_a_status_write_is_seen_by_the_next_reconcile_without_its_watch_event() 
     assert counter.reads.total() == 0
 
 
-def test_a_trigger_joins_a_reconcile_still_waiting_for_the_lock() -> None:
-    """Deployment events in a burst (#21): one waiting reconcile reads the newest state for all."""
+def test_triggers_join_a_waiting_key_and_one_during_a_run_costs_one_more_run() -> None:
+    """Deployment events in a burst (#21, on the work queue since #32): triggers before a run
+    starts are one run that reads the newest state for all; a trigger while the key is processed
+    is one more run after it, never a second run at the same time."""
     fake = cluster()
     fake.add(example("llama-3.1-8b-l4.yaml"))
     counter = ReadCounter(fake)
     ctl = Controller(counter, HubArchitectureResolver(fake, OfflineHub()), clock=lambda: T0)
     key = ("default", SERVICE)
-    lock = ctl._lock(key)
-    lock.acquire()  # a reconcile of this service is running
-    waiting = threading.Thread(target=ctl.reconcile, args=key)
-    waiting.start()
-    deadline = time.monotonic() + 10
-    while key not in ctl._waiting:
-        assert time.monotonic() < deadline, "the second reconcile never queued"
-        time.sleep(0.001)
-    joining = threading.Thread(target=ctl.reconcile, args=key)
-    joining.start()
-    joining.join(timeout=10)  # it joins the waiting reconcile: returns without the lock
-    returned = not joining.is_alive()
-    reads = counter.reads.total()
-    lock.release()
-    joining.join(timeout=10)
-    assert returned
-    assert reads == 0
-    waiting.join(timeout=10)
-    assert not waiting.is_alive()
-    assert fake.writes["apply:Deployment"] == 1  # the waiting reconcile did the work
+    for _ in range(5):
+        ctl.enqueue(key)
+    assert ctl.run_due() == [key]
     assert counter.reads["get:VLLMService"] == 1
+    assert fake.writes["apply:Deployment"] == 1
+
+    get = counter.get
+    seen: list[object] = []
+
+    def trigger_while_reading(kind: Kind, namespace: str, name: str) -> object:
+        if not seen:  # the first read of the run: a Deployment event arrives meanwhile
+            ctl.enqueue(key)
+            seen.append(ctl.queue.get(timeout=0))  # no other worker can take the key now
+        return get(kind, namespace, name)
+
+    counter.get = trigger_while_reading  # type: ignore[method-assign,assignment]
+    ctl.enqueue(key)
+    assert ctl.run_due() == [key, key]
+    assert seen == [None]
+    assert counter.reads["get:VLLMService"] == 3
+    assert ctl.run_due() == []

@@ -73,18 +73,20 @@ def test_a_burst_of_edits_rolls_the_pool_once_with_the_last_spec() -> None:
     assert gw.writes["apply:Deployment"] == applies
     assert args(gw) == before
     assert status_of(gw, NAME)["observedGeneration"] == 1
-    # One reconcile waits, due when the last generation has been stable for 3 s.
-    assert ctl.scheduler.pending() == {("default", NAME): 104.0}
-
+    # The key waits on the queue (the earliest wait wins: the first edit's, 103 s); taken then,
+    # it finds the reconcile wanted only when the last generation has been stable for 3 s.
+    assert ctl.queue.pending() == {("default", NAME): 103.0}
     mono.now += 2.5
-    ctl.scheduler.run_once()
+    assert ctl.run_due() == [("default", NAME)]
     assert gw.writes["apply:Deployment"] == applies
+    assert ctl.queue.pending() == {("default", NAME): 104.0}
     mono.now += 0.5
-    ctl.scheduler.run_once()
+    assert ctl.run_due() == [("default", NAME)]
     assert gw.writes["apply:Deployment"] == applies + 1
     assert args(gw)[args(gw).index("--max-num-seqs") + 1] == "2"
     assert status_of(gw, NAME)["observedGeneration"] == 3
-    assert ctl.scheduler.pending() == {}
+    # Only the next remediation evaluation is left (one interval after the first reconcile).
+    assert ctl.queue.pending() == {("default", NAME): 130.0}
 
 
 def test_a_replica_change_is_not_held_back() -> None:

@@ -1,7 +1,10 @@
 """Kopf registrations: the only module importing kopf.
 
 Handlers register and delegate to `reconcile.Controller`; they hold no logic and return nothing
-(Kopf would otherwise store return values in status). Kopf's own bookkeeping (progress, the
+(Kopf would otherwise store return values in status). Resource handlers only map an event to
+service keys (`reconcile/triggers.py`) and add them to the controller's work queue (#32): they
+never reconcile on Kopf's threads and never raise, so Kopf does not retry anything of ours (the
+queue's backoff is the only retry). Kopf's own bookkeeping (progress, the
 last-handled configuration) lives in annotations under our prefix, never in status, and Kopf's
 per-handler Events are turned off: the controller emits Events for its decisions only, so a
 reconcile with nothing to change writes nothing.
@@ -10,7 +13,7 @@ reconcile with nothing to change writes nothing.
 import asyncio
 import concurrent.futures
 import logging
-import threading
+from collections.abc import Iterable
 from typing import Any
 
 import kopf
@@ -18,12 +21,9 @@ import kopf
 from vllm_operator.api.service import GROUP, PLURAL, VERSION
 from vllm_operator.kube.cache import WatchCache
 from vllm_operator.kube.gateway import LWS_GROUP, LWS_PLURAL, LWS_VERSION, Kind
-from vllm_operator.reconcile.controller import Controller, RetryableError
+from vllm_operator.reconcile.controller import Controller
+from vllm_operator.reconcile.triggers import owners_of, service_of_group_pod
 from vllm_operator.rendering.names import LABEL_MANAGED_BY, MANAGED_BY
-
-# How often the remediation scheduler looks for due services (each service's own
-# spec.remediation.evaluationIntervalSeconds decides when it really runs).
-SCHEDULER_TICK_SECONDS = 1.0
 
 # Kopf retries a failed API request (a watch included) with these pauses. Its default
 # (1, 1, 2, 3, 5, 8, 13, 21) sleeps up to 21 s between attempts, so after an API-server outage a
@@ -55,7 +55,6 @@ def operator_memo(
         controller=controller,
         connection=connection,
         in_cluster=in_cluster,
-        scheduler_stop=threading.Event(),
         webhook_server=webhook_server,
         admission_pool=concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="webhook"),
         cache=cache,
@@ -67,18 +66,22 @@ def _controller(memo: kopf.Memo) -> Controller:
     return controller
 
 
-def _ready(memo: kopf.Memo) -> Controller:
-    """The controller, for a resource handler (past Kopf's indexing gate).
+def _enqueue(memo: kopf.Memo, keys: Iterable[tuple[str, str]]) -> None:
+    """Add service keys to the controller's queue (every resource handler's only action).
 
-    Kopf runs no resource handler but index handlers until the initial list of every indexed
-    resource has gone through the index handlers below, so any other resource handler running
-    proves the watch cache holds every object that existed at start: its misses are
-    authoritative from now on. (Startup and cleanup activities run outside that gate.)
+    The sync gate: Kopf runs no resource handler but index handlers until the initial list of
+    every indexed resource has gone through the index handlers below (its "operator indexed"
+    toggle, kopf/_core/reactor/orchestration.py and processing.py), so the first resource
+    handler to run proves the watch cache holds every object that existed at start. It opens the
+    cache's gate here, explicitly; the workers wait for that gate before taking any key, so no
+    reconcile reads a half-filled cache. (Startup and cleanup activities run outside the gate.)
     """
     cache: WatchCache | None = memo.get("cache")
     if cache is not None:
         cache.mark_synced()
-    return _controller(memo)
+    controller = _controller(memo)
+    for key in keys:
+        controller.enqueue(key)
 
 
 # -- watch caches (#21): index handlers feed the cache, before any other handler runs ------------
@@ -144,9 +147,12 @@ async def forget_pdb(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: An
 
 
 @kopf.on.event("", "v1", "pods")
-async def forget_pod(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
+async def on_pod(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
+    """A deleted pod leaves the cache; a multi-node group's pod re-reconciles its service (a
+    group's readiness is its pods', the LeaderWorkerSet's status lags them)."""
     if type == "DELETED":
         _observe(memo, Kind.POD, type, body)
+    _enqueue(memo, service_of_group_pod(dict(body)))
 
 
 @kopf.on.event("apps", "v1", "deployments")
@@ -197,34 +203,24 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 
 @kopf.on.startup()
-def start_scheduler(memo: kopf.Memo, **_: Any) -> None:
-    """Start the one remediation loop (a thread: evaluations call the blocking gateways)."""
-    scheduler = _controller(memo).scheduler
-    scheduler.tick = SCHEDULER_TICK_SECONDS
-    thread = threading.Thread(
-        target=scheduler.run, args=(memo["scheduler_stop"],), name="remediation", daemon=True
-    )
-    thread.start()
+def start_workers(memo: kopf.Memo, **_: Any) -> None:
+    """Start the queue's workers (threads: reconciles call the blocking gateways). They take keys
+    only after the watch caches synced (`_enqueue`); without a cache (tests) at once."""
+    cache: WatchCache | None = memo.get("cache")
+    _controller(memo).start(cache.synced_event if cache is not None else None)
 
 
 @kopf.on.cleanup()
-def stop_scheduler(memo: kopf.Memo, **_: Any) -> None:
-    memo["scheduler_stop"].set()
-
-
-def _reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:
-    try:
-        _ready(memo).reconcile(namespace, name)
-    except RetryableError as exc:
-        raise kopf.TemporaryError(str(exc), delay=exc.delay) from exc
+def stop_workers(memo: kopf.Memo, **_: Any) -> None:
+    _controller(memo).stop()
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-def on_service(memo: kopf.Memo, namespace: str | None, name: str | None, **_: Any) -> None:
+async def on_service(memo: kopf.Memo, namespace: str | None, name: str | None, **_: Any) -> None:
     """Create, update and resume all lead to the same level-based reconcile."""
-    _reconcile(memo, namespace or "default", name or "")
+    _enqueue(memo, [(namespace or "default", name or "")])
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -236,39 +232,34 @@ async def on_service_event(
     body: kopf.Body,
     **_: Any,
 ) -> None:
-    """A deleted service is forgotten. Watching, not a deletion handler: no finalizer is needed,
-    so deleting a VLLMService never waits for the operator (children go by owner references).
+    """A deleted service is dropped from the cache and enqueued: its worker finds it gone and
+    forgets it (only the worker holding a key touches that service's state). Watching, not a
+    deletion handler: no finalizer is needed, so deleting a VLLMService never waits for the
+    operator (children go by owner references).
 
-    Async: forgetting is in memory only, and a sync handler would send every event of every
-    service through the handler threads, where it queues behind reconciles that wait on the API
-    server while Kopf holds the event's body (#21: the creation burst's memory and latency)."""
+    Async: in memory only; a sync handler would send every event of every service through
+    Kopf's handler threads (#21: the creation burst's memory and latency)."""
     if type == "DELETED":
         _observe(memo, Kind.VLLM_SERVICE, type, body)
-        _ready(memo).forget(namespace or "default", name or "")
+        _enqueue(memo, [(namespace or "default", name or "")])
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
 @kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels={LABEL_MANAGED_BY: MANAGED_BY})
-def on_owned_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+async def on_owned_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
     """A change to an owned Deployment or LeaderWorkerSet (readiness, drift) re-reconciles its
     VLLMService."""
-    for owner in _ready(memo).owners_of(dict(body)):
-        try:
-            _reconcile(memo, *owner)
-        except kopf.TemporaryError:
-            logging.getLogger(__name__).info("Deferred reconcile of service=%s/%s", *owner)
+    _enqueue(memo, owners_of(dict(body)))
 
 
 @kopf.on.event("", "v1", "nodes")
-def on_node(memo: kopf.Memo, body: kopf.Body, type: str | None, **_: Any) -> None:
-    """GPU nodes appearing, changing labels or capacity re-plan the services they can serve."""
+async def on_node(memo: kopf.Memo, body: kopf.Body, type: str | None, **_: Any) -> None:
+    """GPU nodes appearing, changing labels or capacity re-plan the services they can serve.
+    Async on purpose: the node fingerprints then have one writer, Kopf's event loop."""
     if type == "DELETED":
         _observe(memo, Kind.NODE, type, body)
-    for key in _ready(memo).services_affected_by_node(dict(body), deleted=type == "DELETED"):
-        try:
-            _reconcile(memo, *key)
-        except kopf.TemporaryError:
-            logging.getLogger(__name__).info("Deferred reconcile of service=%s/%s", *key)
+    triggers = _controller(memo).triggers
+    _enqueue(memo, triggers.services_affected_by_node(dict(body), deleted=type == "DELETED"))
 
 
 async def validate_service(

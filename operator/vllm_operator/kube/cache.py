@@ -17,7 +17,9 @@ Rules that keep the memory view correct:
   resourceVersion, and a deletion leaves a tombstone so a late write response cannot resurrect it.
 - Until the initial list has been seen (`mark_synced`) every read goes to the API server. Kopf
   runs no handler except index handlers before every indexed resource's initial list was indexed
-  (its "operator indexed" gate), so the first reconcile handler that runs marks the cache synced.
+  (its "operator indexed" gate), so the first resource handler that runs opens the gate
+  (handlers/registrations.py `_enqueue`, explicitly; no getter has that side effect). The queue's
+  workers wait on `synced_event` before taking any key (#32).
 - A write that conflicted drops the object: the next read goes to the API server (a conflict
   means our view was wrong).
 - Every entry expires `ttl` seconds after it was last confirmed by an event or a write. Kopf
@@ -170,6 +172,7 @@ class WatchCache:
         self._tombstones: dict[tuple[Kind, Key], int | None] = {}
         self._stale: set[tuple[Kind, Key]] = set()
         self._synced = False
+        self._synced_event = threading.Event()
         self._guard = threading.Lock()
 
     # -- feeding ---------------------------------------------------------------------------------
@@ -246,11 +249,17 @@ class WatchCache:
         """Every cached kind's initial list has been stored: misses are now authoritative."""
         if not self._synced:
             self._synced = True
+            self._synced_event.set()
             log.info("Synced watch caches objects=%d", self.size())
 
     @property
     def synced(self) -> bool:
         return self._synced
+
+    @property
+    def synced_event(self) -> threading.Event:
+        """Set once the initial lists are stored (the workers' start gate)."""
+        return self._synced_event
 
     def size(self) -> int:
         with self._guard:

@@ -182,6 +182,11 @@ class WorkQueue:
         with self._cond:
             return list(self._queue)
 
+    def idle(self) -> bool:
+        """Nothing ready and nothing being processed (delayed adds may wait)."""
+        with self._cond:
+            return not self._queue and not self._processing and not self._dirty
+
     def __len__(self) -> int:
         with self._cond:
             return len(self._queue)
