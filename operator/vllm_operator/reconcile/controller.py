@@ -18,6 +18,7 @@ the trigger index) take their own lock.
 """
 
 import contextlib
+import hashlib
 import logging
 import threading
 import time
@@ -72,7 +73,7 @@ from vllm_operator.reconcile.status import (
     service_status,
     transition_events,
 )
-from vllm_operator.reconcile.triggers import Triggers
+from vllm_operator.reconcile.triggers import Triggers, node_fingerprint
 from vllm_operator.reconcile.writes import CountingGateway, node_event, service_event
 from vllm_operator.rendering.names import (
     ANNOTATION_GPU_TYPE,
@@ -136,6 +137,7 @@ class Controller:
         self._wanted_guard = threading.Lock()
         # Event -> keys (node events through each service's allowed GPU types).
         self.triggers = Triggers(on_nodes_changed=self._drop_node_cache)
+        self._nodes_digested: tuple[list[Obj], str] | None = None
         # Probe annotations: decoded once per change, one Warning per (node, problem) on the node.
         self._budget_cache = BudgetCache()
         self._budget_events: dict[str, str] = {}
@@ -476,6 +478,7 @@ class Controller:
             return outcome
 
         nodes = self._nodes()
+        self.settle.note_nodes((namespace, name), self._nodes_digest(nodes))
         groups = group_gpu_nodes(nodes)
         budgets = self._budgets(service, nodes, now, outcome)
         pools = plan_pools(
@@ -592,6 +595,26 @@ class Controller:
         return groups
 
     # ------------------------------------------------------------------------------- helpers
+
+    def _nodes_digest(self, nodes: list[Obj]) -> str:
+        """What of the nodes a plan reads (triggers.node_fingerprint), as one digest; computed
+        once per node list (the short-lived node cache hands the same list to a burst)."""
+        cached = self._nodes_digested
+        if cached is not None and cached[0] is nodes:
+            return cached[1]
+        digest = hashlib.sha256(
+            repr(
+                sorted(
+                    (
+                        str((n.get("metadata") or {}).get("name", "")),
+                        node_fingerprint(n, deleted=False),
+                    )
+                    for n in nodes
+                )
+            ).encode()
+        ).hexdigest()
+        self._nodes_digested = (nodes, digest)
+        return digest
 
     def _drop_node_cache(self) -> None:
         """A node changed something the planner reads: the next reconcile lists afresh."""
