@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from vllm_operator.api import ScalingMode, VLLMService, VLLMServiceStatus
+from vllm_operator.api.groups import LWS_LABEL_GROUP_INDEX, LWS_LABEL_NAME
 from vllm_operator.api.manifests import ServiceInvalid, check_service
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
@@ -55,6 +56,7 @@ from vllm_operator.reconcile.inventory import GpuNodeGroup, canonical_label, gro
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     PlanCache,
+    PoolOutcome,
     ServiceRejected,
     attach_live,
     plan_pools,
@@ -544,6 +546,7 @@ class Controller:
                     self.gw.apply(obj)
                     outcome.applied.append(f"{kind}/{obj['metadata']['name']}")
         attach_live(pools, existing)
+        self._count_ready_groups(service, pools)
 
         if settling > 0:
             # Status stays at the previous generation until the new plan is really rolled.
@@ -615,6 +618,36 @@ class Controller:
         ).hexdigest()
         self._nodes_digested = (nodes, digest)
         return digest
+
+    def _count_ready_groups(self, service: VLLMService, pools: list[PoolOutcome]) -> None:
+        """A multi-node pool's ready groups as its pods in the watch cache show them, never more
+        than its LeaderWorkerSet reports: that status lags its pods (#32: a group whose worker
+        was deleted while the LeaderWorkerSet controller was down, or Pending on a cordoned
+        node, was reported Ready for 12-18 s). A group is ready when every one of its `size`
+        pods is Ready and none is being deleted."""
+        groups = [p for p in pools if (p.live or {}).get("kind") == Kind.LEADER_WORKER_SET.value]
+        if not groups:
+            return
+        pods = self.gw.list_pods(service.namespace, selector_labels(service.name))
+        for pool in groups:
+            live = pool.live or {}
+            lws_name = (live.get("metadata") or {}).get("name")
+            template = (live.get("spec") or {}).get("leaderWorkerTemplate") or {}
+            size = int(template.get("size") or 1)
+            ready_pods: dict[str, int] = {}
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                labels = meta.get("labels") or {}
+                if labels.get(LWS_LABEL_NAME) != lws_name or meta.get("deletionTimestamp"):
+                    continue
+                if _pod_ready(pod):
+                    index = str(labels.get(LWS_LABEL_GROUP_INDEX, ""))
+                    ready_pods[index] = ready_pods.get(index, 0) + 1
+            counted = sum(1 for n in ready_pods.values() if n >= size)
+            status = dict(live.get("status") or {})
+            if int(status.get("readyReplicas") or 0) > counted:
+                status["readyReplicas"] = counted
+                pool.live = {**live, "status": status}
 
     def _drop_node_cache(self) -> None:
         """A node changed something the planner reads: the next reconcile lists afresh."""
@@ -774,6 +807,15 @@ class Controller:
         outcome.status_written = True
         for type_, reason, message in transition_events(old, new):
             self._event(service or body, type_, reason, message, outcome)
+
+
+def _pod_ready(pod: Obj) -> bool:
+    """The pod's Ready condition is True."""
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+        if isinstance(c, dict)
+    )
 
 
 def _owned_by(obj: Obj, service: VLLMService) -> bool:
