@@ -448,16 +448,17 @@ def test_workload_policy_denies_the_operator_token_outside_allowed_namespaces(
     if install.namespaced:
         pytest.skip("namespaced installs have no write access outside the watched namespaces")
     sa = Kube(install.kubeconfig)
+    pod_template = {
+        "metadata": {"labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "x", "image": "registry.k8s.io/pause:3.10"}]},
+    }
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "policy-probe", "namespace": "kube-system"},
         "spec": {
             "selector": {"matchLabels": {"app": "x"}},
-            "template": {
-                "metadata": {"labels": {"app": "x"}},
-                "spec": {"containers": [{"name": "x", "image": "registry.k8s.io/pause:3.10"}]},
-            },
+            "template": pod_template,
         },
     }
 
@@ -473,7 +474,7 @@ def test_workload_policy_denies_the_operator_token_outside_allowed_namespaces(
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
         "metadata": {"name": "policy-probe", "namespace": "kube-system"},
-        "spec": {"leaderWorkerTemplate": {"workerTemplate": deployment["spec"]["template"]}},
+        "spec": {"leaderWorkerTemplate": {"workerTemplate": pod_template}},
     }
 
     def refused_lws() -> str | None:

@@ -8,10 +8,11 @@ from vllm_operator.kube.cache import CachedGateway, WatchCache
 from vllm_operator.kube.fake import FakeGateway
 from vllm_operator.kube.gateway import Kind
 from vllm_operator.reconcile.controller import Controller
+from vllm_operator.reconcile.triggers import owners_of
 from vllm_operator.rendering.names import common_labels, pool_selector_labels
 
 from ..kube.test_cache import ReadCounter
-from .test_controller import OfflineHub, cluster, example, make_ready
+from .test_controller import OfflineHub, cluster, condition, example, make_ready, status_of
 from .test_evaluate import T0, Clock
 
 SERVICE = "llama-8b-chat"
@@ -121,3 +122,54 @@ def test_triggers_join_a_waiting_key_and_one_during_a_run_costs_one_more_run() -
     assert seen == [None]
     assert counter.reads["get:VLLMService"] == 3
     assert ctl.run_due() == []
+
+
+class Seconds:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_deployment_deleted_while_the_watches_reconnected_is_recreated() -> None:
+    """#32 fault: deleted while the API server restarted (no DELETED event), the Deployment was
+    never recreated and status kept saying Ready until the 12-minute cache expiry. The re-list
+    that follows did not return it: the cache drops it, its service reconciles."""
+    fake = cluster()
+    fake.add(example("llama-3.1-8b-l4.yaml"))
+    # Someone else's Deployment in the namespace: the re-list of Deployments is not empty (an
+    # empty listing sends no event; there the 12-minute expiry stays the backstop).
+    fake.add(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {},
+        }
+    )
+    seconds = Seconds()
+    cache = WatchCache(clock=seconds)
+    watch(fake, cache)
+    cache.mark_synced()
+    ctl = Controller(
+        CachedGateway(fake, cache), HubArchitectureResolver(fake, OfflineHub()), clock=lambda: T0
+    )
+    ctl.reconcile("default", SERVICE)
+    make_ready(fake, "default", f"{SERVICE}-l4")
+    watch(fake, cache)
+    ctl.reconcile("default", SERVICE)
+    assert condition(status_of(fake, SERVICE), "Ready")["status"] == "True"
+
+    del fake.objects[(Kind.DEPLOYMENT, "default", f"{SERVICE}-l4")]  # no event reaches us
+    seconds.now = 100
+    for (kind, _, _), obj in sorted(fake.objects.items()):  # the re-list after the reconnect
+        cache.listed(kind, obj)
+    seconds.now = 106
+    for _, obj in cache.end_lists():  # what the handlers' sweeper does
+        for key in owners_of(obj):
+            ctl.enqueue(key)
+    assert ctl.run_due() == [("default", SERVICE)]
+    assert (Kind.DEPLOYMENT, "default", f"{SERVICE}-l4") in fake.objects  # recreated
+    ready = condition(status_of(fake, SERVICE), "Ready")
+    assert (ready["status"], ready["message"]) == ("False", "0/1 replicas ready")

@@ -23,7 +23,9 @@ from vllm_operator.kube.cache import WatchCache
 from vllm_operator.kube.gateway import LWS_GROUP, LWS_PLURAL, LWS_VERSION, Kind
 from vllm_operator.reconcile.controller import Controller
 from vllm_operator.reconcile.triggers import owners_of, service_of_group_pod
-from vllm_operator.rendering.names import LABEL_MANAGED_BY, MANAGED_BY
+from vllm_operator.rendering.names import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
+
+LIST_SWEEP_SECONDS = 1.0
 
 # Kopf retries a failed API request (a watch included) with these pauses. Its default
 # (1, 1, 2, 3, 5, 8, 13, 21) sleeps up to 21 s between attempts, so after an API-server outage a
@@ -55,6 +57,7 @@ def operator_memo(
         controller=controller,
         connection=connection,
         in_cluster=in_cluster,
+        background_tasks=[],
         webhook_server=webhook_server,
         admission_pool=concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="webhook"),
         cache=cache,
@@ -97,6 +100,59 @@ def _observe(memo: kopf.Memo, kind: Kind, event_type: str | None, body: kopf.Bod
         cache.observe(kind, event_type, dict(body))
 
 
+def _watched(memo: kopf.Memo, kind: Kind, event_type: str | None, body: kopf.Body) -> None:
+    """An event handler's part in the cache: a deletion leaves it; an object of a (re-)listing
+    (type None) is counted, so that what a complete list did not return is dropped."""
+    cache: WatchCache | None = memo.get("cache")
+    if cache is None:
+        return
+    if event_type == "DELETED":
+        cache.observe(kind, event_type, dict(body))
+    elif event_type is None:
+        cache.listed(kind, dict(body))
+
+
+def _keys_of_gone(memo: kopf.Memo, kind: Kind, obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """The services concerned by an object a complete list no longer returned."""
+    meta = obj.get("metadata") or {}
+    if kind is Kind.VLLM_SERVICE:
+        return [(str(meta.get("namespace") or "default"), str(meta.get("name", "")))]
+    if kind is Kind.NODE:
+        return _controller(memo).triggers.services_affected_by_node(obj, deleted=True)
+    if kind is Kind.POD:
+        instance = (meta.get("labels") or {}).get(LABEL_INSTANCE)
+        return [(str(meta.get("namespace", "")), str(instance))] if instance else []
+    return owners_of(obj)
+
+
+async def _end_lists(memo: kopf.Memo, cache: WatchCache) -> None:
+    """Once a second: finish quiet (re-)listings and enqueue the services whose objects a
+    complete list no longer returned. On the event loop, like the node handler (one writer of
+    the node fingerprints)."""
+    while True:
+        await asyncio.sleep(LIST_SWEEP_SECONDS)
+        try:
+            for kind, obj in cache.end_lists():
+                _enqueue(memo, _keys_of_gone(memo, kind, obj))
+        except Exception:  # never end the loop
+            logging.getLogger(__name__).exception("Failed to finish a listing")
+
+
+@kopf.on.startup()
+async def start_list_sweeper(memo: kopf.Memo, **_: Any) -> None:
+    cache: WatchCache | None = memo.get("cache")
+    if cache is not None:
+        memo["background_tasks"].append(
+            asyncio.get_running_loop().create_task(_end_lists(memo, cache))
+        )
+
+
+@kopf.on.cleanup()
+async def stop_list_sweeper(memo: kopf.Memo, **_: Any) -> None:
+    for task in memo["background_tasks"]:
+        task.cancel()
+
+
 @kopf.index(GROUP, VERSION, PLURAL)
 async def cache_service(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
     _observe(memo, Kind.VLLM_SERVICE, None, body)
@@ -136,37 +192,32 @@ async def cache_node(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
 
 @kopf.on.event("", "v1", "services")
 async def forget_kube_service(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
-    if type == "DELETED":
-        _observe(memo, Kind.SERVICE, type, body)
+    _watched(memo, Kind.SERVICE, type, body)
 
 
 @kopf.on.event("policy", "v1", "poddisruptionbudgets")
 async def forget_pdb(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
-    if type == "DELETED":
-        _observe(memo, Kind.PDB, type, body)
+    _watched(memo, Kind.PDB, type, body)
 
 
 @kopf.on.event("", "v1", "pods")
 async def on_pod(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
     """A deleted pod leaves the cache; a multi-node group's pod re-reconciles its service (a
     group's readiness is its pods', the LeaderWorkerSet's status lags them)."""
-    if type == "DELETED":
-        _observe(memo, Kind.POD, type, body)
+    _watched(memo, Kind.POD, type, body)
     _enqueue(memo, service_of_group_pod(dict(body)))
 
 
 @kopf.on.event("apps", "v1", "deployments")
 async def forget_deployment(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
-    if type == "DELETED":
-        _observe(memo, Kind.DEPLOYMENT, type, body)
+    _watched(memo, Kind.DEPLOYMENT, type, body)
 
 
 @kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL)
 async def forget_leader_worker_set(
     memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any
 ) -> None:
-    if type == "DELETED":
-        _observe(memo, Kind.LEADER_WORKER_SET, type, body)
+    _watched(memo, Kind.LEADER_WORKER_SET, type, body)
 
 
 @kopf.on.login()
@@ -239,8 +290,8 @@ async def on_service_event(
 
     Async: in memory only; a sync handler would send every event of every service through
     Kopf's handler threads (#21: the creation burst's memory and latency)."""
+    _watched(memo, Kind.VLLM_SERVICE, type, body)
     if type == "DELETED":
-        _observe(memo, Kind.VLLM_SERVICE, type, body)
         _enqueue(memo, [(namespace or "default", name or "")])
 
 
@@ -256,8 +307,7 @@ async def on_owned_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> Non
 async def on_node(memo: kopf.Memo, body: kopf.Body, type: str | None, **_: Any) -> None:
     """GPU nodes appearing, changing labels or capacity re-plan the services they can serve.
     Async on purpose: the node fingerprints then have one writer, Kopf's event loop."""
-    if type == "DELETED":
-        _observe(memo, Kind.NODE, type, body)
+    _watched(memo, Kind.NODE, type, body)
     triggers = _controller(memo).triggers
     _enqueue(memo, triggers.services_affected_by_node(dict(body), deleted=type == "DELETED"))
 
