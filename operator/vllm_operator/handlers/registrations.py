@@ -106,6 +106,7 @@ def _watched(memo: kopf.Memo, kind: Kind, event_type: str | None, body: kopf.Bod
     cache: WatchCache | None = memo.get("cache")
     if cache is None:
         return
+    cache.mark_synced()  # a resource handler: past Kopf's index gate (see `_enqueue`)
     if event_type == "DELETED":
         cache.observe(kind, event_type, dict(body))
     elif event_type is None:
