@@ -154,6 +154,7 @@ def test_operator_pod_is_hardened(helm: Path) -> None:
         "--health-address=0.0.0.0:8081",
         "--gpu-memory-metric=dcgm",
         "--settle-seconds=3",
+        "--workers=8",
     ]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
