@@ -1,10 +1,13 @@
 """The one path from a manifest file to a service the operator would act on, for the CLI.
 
-`validate`, `plan` and `render` all read files here and judge every VLLMService with the checks
-the controller runs before it acts (api.manifests.check_service, as the API server would accept
-the object, then reconcile.pools.check_service_rules: supported version, extra flags the pinned
-version accepts). A refusal carries the condition reason and the message the controller would
-write into status, so the three commands and `kubectl get vllmservice` say the same thing.
+`validate`, `plan` and `render` all read files here and judge every VLLMService with the
+admission chain the controller and the webhook run (reconcile.admission_chain: the schema step
+as the API server would accept the object, then the service steps: supported version, extra
+flags the pinned version accepts, overrides the pod can run). `validate` also runs the model
+steps when the architecture is known offline (inline or in the catalog); `plan` and `render`
+resolve it as the controller does and run them always. A refusal carries the condition reason
+and the message the controller would write into status, so the three commands and
+`kubectl get vllmservice` say the same thing.
 """
 
 from __future__ import annotations
@@ -18,8 +21,14 @@ import click
 from vllm_operator.api.manifests import parse_objects
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
-from vllm_operator.catalog.architectures import Architecture
+from vllm_operator.catalog.architectures import (
+    Architecture,
+    UnknownModelError,
+    architecture_from_override,
+    lookup_architecture,
+)
 from vllm_operator.cli.files import load_mapping_documents
+from vllm_operator.reconcile.admission_chain import check_model_steps
 from vllm_operator.reconcile.pools import (
     PreparedService,
     ServiceRejected,
@@ -73,10 +82,24 @@ def check_file(path: Path) -> list[Checked]:
             checked.service = doc.service
             try:
                 check_service_rules(doc.service)
+                arch = _offline_architecture(doc.service)
+                if arch is not None:
+                    check_model_steps(doc.service, arch)
             except ServiceRejected as exc:
                 _rejected(checked, exc)
         out.append(checked)
     return out
+
+
+def _offline_architecture(service: VLLMService) -> Architecture | None:
+    """The model's architecture without the network (inline override, catalog), else None."""
+    model = service.spec.model
+    if model.architecture is not None:
+        return architecture_from_override(model.architecture, model.name)
+    try:
+        return lookup_architecture(model.name)
+    except UnknownModelError:
+        return None
 
 
 class _EnvToken:

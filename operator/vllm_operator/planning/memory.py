@@ -231,7 +231,16 @@ class MemoryEstimate(BaseModel):
     gpu_total_gib: float
     budget_gib: float
     budget_source: str
-    weights_gib: float
+    weights_gib: float = Field(description="The model's own weights (LoRA and draft apart).")
+    lora_gib: float = Field(
+        default=0.0, description="LoRA slot buffers (--max-loras x --max-lora-rank), per GPU."
+    )
+    draft_weights_gib: float = Field(
+        default=0.0, description="The speculative draft's weights (MTP / EAGLE layers), per GPU."
+    )
+    draft_kv_bytes_per_token: int = Field(
+        default=0, description="Of kv_bytes_per_token, what the draft's layers cache."
+    )
     activation_peak_gib: float
     non_torch_gib: float
     cuda_graph_gib: float
@@ -1154,6 +1163,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
     best: tuple[int, float, float, float, float, int] | None = None
     best_layout: HybridLayout | None = None
     layout: HybridLayout | None = None
+    adapters: tuple[float, float, int] = (0.0, 0.0, 0)
     draft_w, draft_note = draft_weights_bytes(arch, resolved, quant)
     n_draft, draft_shape, _ = draft_layers(arch, resolved)
     if draft_note:
@@ -1182,7 +1192,9 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
             / GIB
         )
         # the draft sits with the last stage; LoRA slots on every layer
-        w += (lora_bytes(arch, resolved, layers) + (draft_w if last else 0.0)) / GIB
+        stage_lora = lora_bytes(arch, resolved, layers) / GIB
+        stage_draft = (draft_w if last else 0.0) / GIB
+        w += stage_lora + stage_draft
         act = activation_bytes(arch, sem=sem, args=resolved, last_stage=stage == pp - 1) / GIB
         cg = cuda_graph_gib(arch, resolved, layers)
         kv = budget - w - act - nt - (cg if sem.subtracts_cuda_graphs else 0.0)
@@ -1210,6 +1222,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         if best is None or blocks < best[5]:
             best = (per_token, w, act, cg, kv, blocks)
             best_layout = layout
+            adapters = (stage_lora, stage_draft, draft_kv if last else 0)
     assert best is not None
     per_token, w, act, cg, kv, blocks = best
     stage_memory = [
@@ -1282,7 +1295,10 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         gpu_total_gib=round(total, 4),
         budget_gib=round(budget, 4),
         budget_source=budget_source,
-        weights_gib=round(w, 4),
+        weights_gib=round(w - adapters[0] - adapters[1], 4),
+        lora_gib=round(adapters[0], 4),
+        draft_weights_gib=round(adapters[1], 4),
+        draft_kv_bytes_per_token=adapters[2],
         activation_peak_gib=round(act, 4),
         non_torch_gib=round(nt, 4),
         cuda_graph_gib=round(cg, 4),

@@ -24,6 +24,7 @@ from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.api.status import StageMemory as StatusStage
 from vllm_operator.catalog.architectures import Architecture
 from vllm_operator.catalog.gpus import GpuFacts
+from vllm_operator.catalog.vllm.loader import flag_spec
 from vllm_operator.planning.alternatives import (
     Infeasible,
     infeasible,
@@ -60,6 +61,12 @@ class MemoryBreakdown(BaseModel):
     gpu_total_gib: float
     budget_gib: float
     weights_gib: float
+    lora_gib: float = 0.0
+    """LoRA slot buffers (apart from the weights; `--max-loras`, `--max-lora-rank` free them)."""
+    draft_weights_gib: float = 0.0
+    """The speculative draft's weights (`num_speculative_tokens` / `--speculative-config`)."""
+    draft_kv_gib: float = 0.0
+    """Of kv_cache_gib, what the draft's layers cache."""
     activation_gib: float
     non_torch_gib: float
     cuda_graph_gib: float
@@ -135,6 +142,9 @@ class PoolPlan(BaseModel):
                 gpu_total_gib=round(m.gpu_total_gib, 2),
                 budget_gib=round(m.budget_gib, 2),
                 weights_gib=round(m.weights_gib, 2),
+                lora_gib=round(m.lora_gib, 2) if m.lora_gib else None,
+                draft_weights_gib=round(m.draft_weights_gib, 2) if m.draft_weights_gib else None,
+                draft_kv_cache_gib=round(m.draft_kv_gib, 2) if m.draft_kv_gib else None,
                 activation_gib=round(m.activation_gib, 2),
                 non_torch_gib=round(m.non_torch_gib, 2),
                 cuda_graph_gib=round(m.cuda_graph_gib, 2),
@@ -417,8 +427,10 @@ def _search(
         measured = " (measured by the engine)" if obs is not None else ""
         if est.kv_cache_gib <= 0:
             notes.append(
-                f"{label}: weights ({est.weights_gib:.2f} GiB per GPU) leave no room "
-                "for the KV cache"
+                f"{label}: weights ({est.weights_gib:.2f} GiB per GPU"
+                + (f", LoRA slots {est.lora_gib:.2f} GiB" if est.lora_gib else "")
+                + (f", draft {est.draft_weights_gib:.2f} GiB" if est.draft_weights_gib else "")
+                + ") leave no room for the KV cache"
             )
         else:
             notes.append(
@@ -668,7 +680,7 @@ def plan_pool(
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
-        block_size=args.block_size,
+        block_size=rendered_block_size(arch, version, args.block_size),
         dtype=args.dtype,
         kv_cache_dtype=args.kv_cache_dtype,
         quantization=intent.quantization,
@@ -684,6 +696,9 @@ def plan_pool(
             gpu_total_gib=est.gpu_total_gib,
             budget_gib=est.budget_gib,
             weights_gib=est.weights_gib,
+            lora_gib=est.lora_gib,
+            draft_weights_gib=est.draft_weights_gib,
+            draft_kv_gib=draft_kv_gib(est),
             activation_gib=est.activation_peak_gib,
             non_torch_gib=est.non_torch_gib,
             cuda_graph_gib=est.cuda_graph_gib,
@@ -809,6 +824,31 @@ def _fit_elsewhere(
             label += f" PP={args.pipeline_parallel_size}"
         return label, result.memory.concurrency_at_p99
     return None
+
+
+def rendered_block_size(arch: Architecture, version: str, block_size: int | None) -> int | None:
+    """The block size to render, or None to leave it to vLLM.
+
+    A hybrid's block size is the one vLLM aligns itself (the memory model computes it the same
+    way, hybrid_layout); a release whose parser takes only a few sizes (0.11.0: 1 ... 128)
+    refuses the aligned size on the command line although it runs the model with it (#26: a
+    hybrid on a release that supports it was refused because of the planner's own block size).
+    There it is left out, and vLLM aligns it at startup as the plan assumes.
+    """
+    if block_size is None or not arch.is_hybrid:
+        return block_size
+    spec = flag_spec(version, "--block-size")
+    choices = () if spec is None or spec.choices is None else tuple(map(str, spec.choices))
+    if choices and str(block_size) not in choices:
+        return None
+    return block_size
+
+
+def draft_kv_gib(est: MemoryEstimate) -> float:
+    """The part of the KV cache the speculative draft's layers take, GiB per GPU."""
+    if not est.draft_kv_bytes_per_token or not est.kv_bytes_per_token:
+        return 0.0
+    return round(est.kv_cache_gib * est.draft_kv_bytes_per_token / est.kv_bytes_per_token, 4)
 
 
 def plan_service(

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 
 from vllm_operator.api import ScalingMode, VLLMService, VLLMServiceStatus
 from vllm_operator.api.groups import LWS_LABEL_GROUP_INDEX, LWS_LABEL_NAME
-from vllm_operator.api.manifests import ServiceInvalid, check_service
+from vllm_operator.api.manifests import ServiceInvalid
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
 from vllm_operator.kube.gateway import (
@@ -40,6 +40,7 @@ from vllm_operator.kube.gateway import (
 )
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.admission import BoundedResolver, Verdict, review
+from vllm_operator.reconcile.admission_chain import check_object
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.diff import needs_apply
 from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
@@ -460,7 +461,7 @@ class Controller:
         try:
             # The validation `validate`, `plan` and `render` use (strict, as the API server's
             # decoder types values); status is the operator's own and parsed apart.
-            service = check_service({k: v for k, v in body.items() if k != "status"})
+            service = check_object({k: v for k, v in body.items() if k != "status"})
         except ServiceInvalid as exc:
             problems = "; ".join(str(p) for p in exc.problems)
             status = rejected_status(old_status, Reason.INVALID_SPEC, problems, now, generation)

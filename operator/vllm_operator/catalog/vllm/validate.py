@@ -595,8 +595,8 @@ def _collision(primary: str, token: str, allow_planner_override: bool) -> Proble
         return Problem(
             flag=token,
             message=(
-                f"{token} is computed by the planner; set allowPlannerOverride to override it "
-                "(the memory plan may then be wrong)"
+                f"{token} is computed by the planner; set spec.vllm.allowPlannerOverride to "
+                "override it (the memory plan may then be wrong)"
             ),
         )
     return None
