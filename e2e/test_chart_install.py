@@ -450,16 +450,17 @@ def test_workload_policy_denies_the_operator_token_outside_allowed_namespaces(
     if install.namespaced:
         pytest.skip("namespaced installs have no write access outside the watched namespaces")
     sa = Kube(install.kubeconfig)
+    pod_template = {
+        "metadata": {"labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "x", "image": "registry.k8s.io/pause:3.10"}]},
+    }
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "policy-probe", "namespace": "kube-system"},
         "spec": {
             "selector": {"matchLabels": {"app": "x"}},
-            "template": {
-                "metadata": {"labels": {"app": "x"}},
-                "spec": {"containers": [{"name": "x", "image": "registry.k8s.io/pause:3.10"}]},
-            },
+            "template": pod_template,
         },
     }
 
@@ -470,8 +471,25 @@ def test_workload_policy_denies_the_operator_token_outside_allowed_namespaces(
             return str(err) if "may not write workloads" in str(err) else None
         return None
 
+    # #32: a LeaderWorkerSet (a multi-node pool) is confined the same way.
+    leader_worker_set = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "policy-probe", "namespace": "kube-system"},
+        "spec": {"leaderWorkerTemplate": {"workerTemplate": pod_template}},
+    }
+
+    def refused_lws() -> str | None:
+        try:
+            sa.create(leader_worker_set, dry_run=True)
+        except ApiError as err:
+            return str(err) if "may not write workloads" in str(err) else None
+        return None
+
     try:
         message = wait_for(refused, timeout=30, what="the policy to refuse kube-system")
+        assert "kube-system" in message
+        message = wait_for(refused_lws, timeout=30, what="the policy to refuse an LWS there")
         assert "kube-system" in message
         allowed = dict(deployment, metadata={"name": "policy-probe", "namespace": install.watched})
         sa.create(allowed, dry_run=True)  # a served namespace stays writable

@@ -321,3 +321,47 @@ def test_only_the_operators_own_managed_fields_entry_is_kept() -> None:
     _, stored = cache.lookup(Kind.DEPLOYMENT, "ns", "d")
     assert stored is not None and stored["metadata"]["managedFields"] == [ours]
     assert dep["metadata"]["managedFields"] == [ours, theirs]
+
+
+def test_a_complete_relist_drops_what_it_did_not_return_once_it_is_quiet() -> None:
+    """#32 fault: a Deployment deleted while the watches were reconnecting (no DELETED event)
+    stayed in the cache until the 12-minute expiry. A complete list is the full truth."""
+    clock = Clock()
+    cache = WatchCache(clock=clock)
+    for name in ("a", "b", "c"):
+        cache.observe(Kind.DEPLOYMENT, None, deployment(name))
+    cache.observe(Kind.DEPLOYMENT, None, deployment("d"))
+    other = deployment("x")
+    other["metadata"]["namespace"] = "elsewhere"
+    cache.observe(Kind.DEPLOYMENT, None, other)
+    cache.mark_synced()
+    clock.now = 100
+    cache.listed(Kind.DEPLOYMENT, deployment("a", rv="2"))  # the re-list of "ns": "a" only...
+    clock.now = 101
+    cache.store(Kind.DEPLOYMENT, deployment("c", rv="3"))  # ...and "c" is written meanwhile
+    clock.now = 103
+    cache.listed(Kind.DEPLOYMENT, deployment("d", rv="2"))
+    clock.now = 107
+    assert cache.end_lists() == []  # not quiet for 5 s yet
+    clock.now = 108
+    (gone,) = cache.end_lists()
+    assert gone[0] is Kind.DEPLOYMENT and gone[1]["metadata"]["name"] == "b"
+    assert cache.lookup(Kind.DEPLOYMENT, "ns", "b") == (True, None)  # authoritative miss
+    assert cache.lookup(Kind.DEPLOYMENT, "ns", "c")[1] is not None
+    # Another namespace's objects are not judged by this namespace's listing.
+    assert cache.lookup(Kind.DEPLOYMENT, "elsewhere", "x")[1] is not None
+    assert cache.end_lists() == []
+    # A re-created object with the same name is stored again (the tombstone has no version).
+    cache.observe(Kind.DEPLOYMENT, "ADDED", deployment("b", rv="9"))
+    assert cache.lookup(Kind.DEPLOYMENT, "ns", "b")[1] is not None
+
+
+def test_the_initial_listing_drops_nothing_it_returned() -> None:
+    clock = Clock()
+    cache = WatchCache(clock=clock)
+    cache.observe(Kind.DEPLOYMENT, None, deployment("a"))
+    cache.mark_synced()
+    cache.listed(Kind.DEPLOYMENT, deployment("a"))
+    clock.now = 10
+    assert cache.end_lists() == []
+    assert cache.lookup(Kind.DEPLOYMENT, "ns", "a")[1] is not None

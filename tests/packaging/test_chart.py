@@ -161,6 +161,7 @@ def test_operator_pod_is_hardened(helm: Path) -> None:
         "--health-address=0.0.0.0:8081",
         "--gpu-memory-metric=dcgm",
         "--settle-seconds=3",
+        "--workers=8",
     ]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
@@ -309,6 +310,32 @@ def test_workload_policy_denies_system_namespaces_and_can_require_labels(helm: P
     }
     off = template(helm, "rbac.workloadPolicy.enabled=false")
     assert not [o for o in off if o["kind"] == "ValidatingAdmissionPolicy"]
+
+
+def test_workload_policy_confines_every_workload_kind_the_cluster_role_may_write(
+    helm: Path,
+) -> None:
+    """#32 fault: LeaderWorkerSets were writable in kube-system through the ClusterRole while the
+    policy confined only Deployments, Services, pods and PDBs. Every namespaced resource the
+    operator may create, change or delete (but its own VLLMServices and Events) is confined."""
+    policy = one(template(helm), "ValidatingAdmissionPolicy")
+    confined = {
+        (group, resource)
+        for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        if {"CREATE", "UPDATE", "DELETE"} <= set(rule["operations"])
+    }
+    writable = {
+        (group, resource)
+        for rule in rules_file()["namespaceScoped"]
+        if {"create", "patch", "update", "delete"} & set(rule["verbs"])
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        if group != "serving.vllm-operator.dev" and resource != "events"
+    }
+    assert ("leaderworkerset.x-k8s.io", "leaderworkersets") in writable
+    assert writable <= confined, writable - confined
 
 
 def test_probe_daemonset(helm: Path) -> None:

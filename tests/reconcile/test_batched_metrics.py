@@ -1,5 +1,5 @@
-"""The remediation scheduler asks Prometheus once per signal for all services due in a tick
-(#21), and each service's status gets its own pods' answers."""
+"""Evaluations due together ask Prometheus once per signal for all of them
+(#21; delayed adds on the work queue since #32), and each service's status gets its own pods' answers."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ def test_services_due_in_one_tick_cost_one_query_per_signal() -> None:
             data[metric][(namespace, pod)] = 1000.0 + i if "cache_config" in metric else 0.5
     assert fake.calls == []
 
-    mono.now += max(ctl.scheduler.tracked().values())
-    assert sorted(ctl.scheduler.run_once()) == sorted(keys)
+    mono.now += max(ctl.evaluations.tracked().values())
+    assert sorted(ctl.run_due()) == sorted(keys)
     # kv, running, waiting (ranges), preemptions, hit rate, cache config (instant): one each.
     assert len(fake.calls) == 6, fake.calls
     for i, (namespace, name) in enumerate(keys):
@@ -100,6 +100,6 @@ def test_without_prometheus_a_tick_reads_each_service_once() -> None:
         return get(kind, namespace, name)
 
     ctl.gw.get = counted  # type: ignore[method-assign]
-    mono.now += max(ctl.scheduler.tracked().values())
-    assert sorted(ctl.scheduler.run_once()) == keys
+    mono.now += max(ctl.evaluations.tracked().values())
+    assert sorted(ctl.run_due()) == keys
     assert sorted(reads) == keys

@@ -1,8 +1,6 @@
 """The controller on the watch cache (#21): a no-op reconcile and an idle evaluation read nothing
 from the API server, and what the cache learns from writes is what the next reconcile sees."""
 
-import threading
-import time
 from datetime import timedelta
 
 from vllm_operator.hub.resolver import HubArchitectureResolver
@@ -10,10 +8,11 @@ from vllm_operator.kube.cache import CachedGateway, WatchCache
 from vllm_operator.kube.fake import FakeGateway
 from vllm_operator.kube.gateway import Kind
 from vllm_operator.reconcile.controller import Controller
+from vllm_operator.reconcile.triggers import owners_of
 from vllm_operator.rendering.names import common_labels, pool_selector_labels
 
 from ..kube.test_cache import ReadCounter
-from .test_controller import OfflineHub, cluster, example, make_ready
+from .test_controller import OfflineHub, cluster, condition, example, make_ready, status_of
 from .test_evaluate import T0, Clock
 
 SERVICE = "llama-8b-chat"
@@ -93,31 +92,84 @@ def test_a_status_write_is_seen_by_the_next_reconcile_without_its_watch_event() 
     assert counter.reads.total() == 0
 
 
-def test_a_trigger_joins_a_reconcile_still_waiting_for_the_lock() -> None:
-    """Deployment events in a burst (#21): one waiting reconcile reads the newest state for all."""
+def test_triggers_join_a_waiting_key_and_one_during_a_run_costs_one_more_run() -> None:
+    """Deployment events in a burst (#21, on the work queue since #32): triggers before a run
+    starts are one run that reads the newest state for all; a trigger while the key is processed
+    is one more run after it, never a second run at the same time."""
     fake = cluster()
     fake.add(example("llama-3.1-8b-l4.yaml"))
     counter = ReadCounter(fake)
     ctl = Controller(counter, HubArchitectureResolver(fake, OfflineHub()), clock=lambda: T0)
     key = ("default", SERVICE)
-    lock = ctl._lock(key)
-    lock.acquire()  # a reconcile of this service is running
-    waiting = threading.Thread(target=ctl.reconcile, args=key)
-    waiting.start()
-    deadline = time.monotonic() + 10
-    while key not in ctl._waiting:
-        assert time.monotonic() < deadline, "the second reconcile never queued"
-        time.sleep(0.001)
-    joining = threading.Thread(target=ctl.reconcile, args=key)
-    joining.start()
-    joining.join(timeout=10)  # it joins the waiting reconcile: returns without the lock
-    returned = not joining.is_alive()
-    reads = counter.reads.total()
-    lock.release()
-    joining.join(timeout=10)
-    assert returned
-    assert reads == 0
-    waiting.join(timeout=10)
-    assert not waiting.is_alive()
-    assert fake.writes["apply:Deployment"] == 1  # the waiting reconcile did the work
+    for _ in range(5):
+        ctl.enqueue(key)
+    assert ctl.run_due() == [key]
     assert counter.reads["get:VLLMService"] == 1
+    assert fake.writes["apply:Deployment"] == 1
+
+    get = counter.get
+    seen: list[object] = []
+
+    def trigger_while_reading(kind: Kind, namespace: str, name: str) -> object:
+        if not seen:  # the first read of the run: a Deployment event arrives meanwhile
+            ctl.enqueue(key)
+            seen.append(ctl.queue.get(timeout=0))  # no other worker can take the key now
+        return get(kind, namespace, name)
+
+    counter.get = trigger_while_reading  # type: ignore[method-assign,assignment]
+    ctl.enqueue(key)
+    assert ctl.run_due() == [key, key]
+    assert seen == [None]
+    assert counter.reads["get:VLLMService"] == 3
+    assert ctl.run_due() == []
+
+
+class Seconds:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_deployment_deleted_while_the_watches_reconnected_is_recreated() -> None:
+    """#32 fault: deleted while the API server restarted (no DELETED event), the Deployment was
+    never recreated and status kept saying Ready until the 12-minute cache expiry. The re-list
+    that follows did not return it: the cache drops it, its service reconciles."""
+    fake = cluster()
+    fake.add(example("llama-3.1-8b-l4.yaml"))
+    # Someone else's Deployment in the namespace: the re-list of Deployments is not empty (an
+    # empty listing sends no event; there the 12-minute expiry stays the backstop).
+    fake.add(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {},
+        }
+    )
+    seconds = Seconds()
+    cache = WatchCache(clock=seconds)
+    watch(fake, cache)
+    cache.mark_synced()
+    ctl = Controller(
+        CachedGateway(fake, cache), HubArchitectureResolver(fake, OfflineHub()), clock=lambda: T0
+    )
+    ctl.reconcile("default", SERVICE)
+    make_ready(fake, "default", f"{SERVICE}-l4")
+    watch(fake, cache)
+    ctl.reconcile("default", SERVICE)
+    assert condition(status_of(fake, SERVICE), "Ready")["status"] == "True"
+
+    del fake.objects[(Kind.DEPLOYMENT, "default", f"{SERVICE}-l4")]  # no event reaches us
+    seconds.now = 100
+    for (kind, _, _), obj in sorted(fake.objects.items()):  # the re-list after the reconnect
+        cache.listed(kind, obj)
+    seconds.now = 106
+    for _, obj in cache.end_lists():  # what the handlers' sweeper does
+        for key in owners_of(obj):
+            ctl.enqueue(key)
+    assert ctl.run_due() == [("default", SERVICE)]
+    assert (Kind.DEPLOYMENT, "default", f"{SERVICE}-l4") in fake.objects  # recreated
+    ready = condition(status_of(fake, SERVICE), "Ready")
+    assert (ready["status"], ready["message"]) == ("False", "0/1 replicas ready")

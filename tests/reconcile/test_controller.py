@@ -226,12 +226,18 @@ def test_no_matching_nodes_then_nodes_appear() -> None:
     assert gw.list_owned(Kind.DEPLOYMENT, "default", {}) == []
 
     unrelated = gpu_node("t4-9", "Tesla-T4", 1)
-    assert ctl.services_affected_by_node(unrelated, deleted=False) == []
+    assert ctl.triggers.services_affected_by_node(unrelated, deleted=False) == []
     node = gpu_node("l4-9", "NVIDIA-L4", 1)
-    assert ctl.services_affected_by_node(node, deleted=False) == [("default", "llama-8b-chat")]
-    assert ctl.services_affected_by_node(node, deleted=False) == []  # a heartbeat: no change
+    assert ctl.triggers.services_affected_by_node(node, deleted=False) == [
+        ("default", "llama-8b-chat")
+    ]
+    assert (
+        ctl.triggers.services_affected_by_node(node, deleted=False) == []
+    )  # a heartbeat: no change
     smaller = gpu_node("l4-9", "NVIDIA-L4", 1, host_memory="16Gi")  # caps the host memory
-    assert ctl.services_affected_by_node(smaller, deleted=False) == [("default", "llama-8b-chat")]
+    assert ctl.triggers.services_affected_by_node(smaller, deleted=False) == [
+        ("default", "llama-8b-chat")
+    ]
     node = smaller
     gw.nodes.append(node)
     ctl.reconcile("default", "llama-8b-chat")

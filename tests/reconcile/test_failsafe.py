@@ -249,7 +249,7 @@ def _set_spec(gw: FakeGateway, spec: dict[str, Any], generation: int) -> None:
 def test_a_b_a_failed_reconcile_is_retried_until_observed() -> None:
     """Issue #20 part 6. Kopf diffs against its last-handled configuration (A); after a failed B
     and a return to A it sees no diff (cause NOOP in kopf/_core/intents/causes.py) and calls no
-    handler, so Kopf's retry of B's failure is lost. The controller schedules its own retry."""
+    handler, so Kopf's retry of B's failure is lost. The controller's queue retries it."""
     gw, ctl, clock = _setup(refuse=False)
     ctl.reconcile("default", NAME)
     spec_a = copy.deepcopy(gw.objects[(Kind.VLLM_SERVICE, "default", NAME)]["spec"])
@@ -264,32 +264,53 @@ def test_a_b_a_failed_reconcile_is_retried_until_observed() -> None:
     gw.refused.clear()
     assert status_of(gw, NAME)["observedGeneration"] == 1
 
-    # The retry waits for its backoff, then reconciles whatever the spec is now.
-    assert ctl.scheduler.pending() == {("default", NAME): clock.now + 5}
+    # The key comes back from the queue after its backoff and reconciles whatever the spec is.
+    assert ctl.queue.pending() == {("default", NAME): clock.now + 5}
     writes = gw.total_writes()
-    ctl.scheduler.run_once()
+    assert ctl.run_due() == []
     assert gw.total_writes() == writes
     clock.now += 5
-    ctl.scheduler.run_once()
+    assert ctl.run_due() == [("default", NAME)]
     status = status_of(gw, NAME)
     assert status["observedGeneration"] == 3
     assert condition(status, "Degraded")["reason"] == "AsExpected"
-    assert ctl.scheduler.pending() == {}  # success ends the chain
+    # Success ends the chain: only the next remediation evaluation is left.
+    assert ctl.queue.pending() == {("default", NAME): 1000.0 + 30}
 
 
 def test_the_retry_keeps_backing_off_until_it_succeeds() -> None:
     gw, ctl, clock = _setup()
+    # Evaluations rarely, so the key's next time on the queue is the reconcile's backoff.
+    gw.objects[(Kind.VLLM_SERVICE, "default", NAME)]["spec"]["remediation"] = {
+        "evaluationIntervalSeconds": 3600
+    }
     _fail(ctl)
     for delay in (5, 10, 20):
-        assert ctl.scheduler.pending() == {("default", NAME): clock.now + delay}
-        clock.now += delay
-        ctl.scheduler.run_once()
+        assert ctl.queue.pending() == {("default", NAME): clock.now + delay}
+        clock.now += delay - 1
+        assert ctl.run_due() == []  # not a second sooner
+        clock.now += 1
+        assert ctl.run_due() == [("default", NAME)]
     gw.refused.clear()
     clock.now += 40
-    ctl.scheduler.run_once()
+    assert ctl.run_due() == [("default", NAME)]
     assert status_of(gw, NAME)["observedGeneration"] == 1
-    assert ctl.scheduler.pending() == {}
+    assert ctl.queue.pending() == {("default", NAME): 1000.0 + 3600}
     assert _warnings(gw) == ["ApplyRejected"]
+
+
+def test_triggers_during_the_backoff_do_not_retry_sooner() -> None:
+    """Its Deployment's events, nodes, Kopf's resume: a failing service is attempted at most once
+    per backoff period for the same generation, whatever triggers arrive."""
+    gw, ctl, clock = _setup()
+    _fail(ctl)
+    writes = gw.total_writes()
+    for _ in range(3):
+        clock.now += 1
+        ctl.enqueue(("default", NAME))
+        assert ctl.run_due() == [("default", NAME)]  # taken, and deferred at once
+    assert gw.total_writes() == writes
+    assert ctl.queue.pending() == {("default", NAME): 1005.0}
 
 
 def test_a_failing_evaluation_backs_off_apart_from_the_reconcile(
@@ -308,19 +329,19 @@ def test_a_failing_evaluation_backs_off_apart_from_the_reconcile(
     gw, ctl, clock = _setup(refuse=False)
     ctl.reconcile("default", NAME)
     monkeypatch.setattr(type(ctl.evaluator), "evaluate", forbidden)
-    (interval,) = ctl.scheduler.tracked().values()
+    (interval,) = ctl.evaluations.tracked().values()
     clock.now += interval
-    ctl.scheduler.run_once()
+    ctl.run_due()
     assert len(calls) == 1
     assert condition(status_of(gw, NAME), "Degraded")["reason"] == "ApplyRejected"
     clock.now += 1
-    ctl.reconcile("default", NAME)  # some trigger; the reconcile itself succeeds
-    ctl.scheduler.run_once()
+    ctl.enqueue(("default", NAME))  # some trigger; the reconcile itself succeeds
+    ctl.run_due()
     assert len(calls) == 1  # backing off 5 s
     clock.now += 4
-    ctl.scheduler.run_once()
+    ctl.run_due()
     assert len(calls) == 2
     clock.now += 5
-    ctl.scheduler.run_once()
+    ctl.run_due()
     assert len(calls) == 2  # now 10 s
     assert _warnings(gw) == ["ApplyRejected"]

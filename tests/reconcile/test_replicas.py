@@ -222,3 +222,63 @@ def test_no_apply_for_foreign_replicas_when_they_are_not_rendered() -> None:
     assert not needs_apply(external, _live(5, owned_replicas=False))
     # Still owned (before the handover): the release apply is needed.
     assert needs_apply(external, _live(2, owned_replicas=True))
+
+
+def _deployment_status(gw: FakeGateway, **status: int) -> None:
+    """What the Deployment controller reports (observedGeneration defaults to the current)."""
+    dep = gw.objects[(Kind.DEPLOYMENT, NS, DEP)]
+    status.setdefault("observedGeneration", int(dep["metadata"].get("generation", 1)))
+    dep["status"] = status
+
+
+def test_an_autoscaler_step_is_not_a_rollout() -> None:
+    """#32 fault: with scaling.mode external every autoscaler step flipped Progressing (two Events
+    per step) and status said "3/2 replicas ready" while scaling down."""
+    gw = cluster()
+    gw.add(service("external", replicas=2))
+    ctl = controller(gw)
+    ctl.reconcile(NS, NAME)
+    make_ready(gw, NS, DEP)
+    ctl.reconcile(NS, NAME)
+    progressing = condition(status_of(gw, NAME), "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "RolloutComplete")
+    events = len(gw.events)
+
+    generation = int(deployment(gw)["metadata"]["generation"])
+    gw.scale(NS, DEP, 3)  # the autoscaler; the Deployment controller has not observed it yet
+    _deployment_status(
+        gw, observedGeneration=generation, replicas=2, updatedReplicas=2, readyReplicas=2
+    )
+    ctl.reconcile(NS, NAME)
+    _deployment_status(gw, replicas=3, updatedReplicas=3, readyReplicas=2)  # the new pod starts
+    ctl.reconcile(NS, NAME)
+    status = status_of(gw, NAME)
+    assert condition(status, "Progressing")["status"] == "False"
+    assert condition(status, "Ready")["message"] == "2/3 replicas ready"
+    _deployment_status(gw, replicas=3, updatedReplicas=3, readyReplicas=3)
+    ctl.reconcile(NS, NAME)
+
+    gw.scale(NS, DEP, 2)  # scaling down: the surplus pod is still ready while it terminates
+    _deployment_status(gw, replicas=3, updatedReplicas=3, readyReplicas=3)
+    ctl.reconcile(NS, NAME)
+    status = status_of(gw, NAME)
+    assert condition(status, "Progressing")["status"] == "False"
+    assert condition(status, "Ready")["message"] == "2/2 replicas ready"
+    assert len(gw.events) == events  # no Event for any step
+
+
+def test_a_new_template_under_an_autoscaler_is_still_a_rollout() -> None:
+    gw = cluster()
+    gw.add(service("external", replicas=2))
+    ctl = controller(gw)
+    ctl.reconcile(NS, NAME)
+    _deployment_status(gw, replicas=2, updatedReplicas=2, readyReplicas=0)
+    ctl.reconcile(NS, NAME)
+    assert condition(status_of(gw, NAME), "Progressing")["status"] == "True"  # first pods start
+    _deployment_status(gw, replicas=2, updatedReplicas=2, readyReplicas=2)
+    ctl.reconcile(NS, NAME)
+    assert condition(status_of(gw, NAME), "Progressing")["status"] == "False"
+    # A new plan rolled by the Deployment controller: one new pod, two of the old template.
+    _deployment_status(gw, replicas=3, updatedReplicas=1, readyReplicas=2)
+    ctl.reconcile(NS, NAME)
+    assert condition(status_of(gw, NAME), "Progressing")["reason"] == "RollingOut"

@@ -48,6 +48,14 @@ import click
     "long, so a burst of edits restarts the pods once (0: roll every intermediate spec).",
 )
 @click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=8,
+    show_default=True,
+    help="Services reconciled at the same time (threads taking keys from the one work queue; "
+    "a service is never reconciled by two at once).",
+)
+@click.option(
     "--webhook-port",
     type=click.IntRange(1, 65535),
     default=None,
@@ -93,6 +101,7 @@ def run(
     gpu_memory_metric: str,
     read_token_secrets: bool,
     settle_seconds: float,
+    workers: int,
     webhook_port: int | None,
     webhook_address: str,
     webhook_hosts: tuple[str, ...],
@@ -147,5 +156,6 @@ def run(
         gpu_memory_metric=gpu_memory_metric,
         read_token_secrets=read_token_secrets,
         settle_seconds=settle_seconds,
+        workers=workers,
         webhook=webhook,
     )

@@ -132,6 +132,7 @@ def run_operator(
     gpu_memory_metric: str = "dcgm",
     read_token_secrets: bool = True,
     settle_seconds: float = 0.0,
+    workers: int = 8,
     webhook: WebhookOptions | None = None,
 ) -> None:
     """Block running the operator until it is stopped."""
@@ -170,6 +171,7 @@ def run_operator(
             node_cache_seconds=2.0,
             metrics=signals,
             settle_seconds=settle_seconds,
+            workers=workers,
         ),
         connection=connection_info(api_client),
         in_cluster=in_cluster(),

@@ -1,7 +1,10 @@
 """Kopf registrations: the only module importing kopf.
 
 Handlers register and delegate to `reconcile.Controller`; they hold no logic and return nothing
-(Kopf would otherwise store return values in status). Kopf's own bookkeeping (progress, the
+(Kopf would otherwise store return values in status). Resource handlers only map an event to
+service keys (`reconcile/triggers.py`) and add them to the controller's work queue (#32): they
+never reconcile on Kopf's threads and never raise, so Kopf does not retry anything of ours (the
+queue's backoff is the only retry). Kopf's own bookkeeping (progress, the
 last-handled configuration) lives in annotations under our prefix, never in status, and Kopf's
 per-handler Events are turned off: the controller emits Events for its decisions only, so a
 reconcile with nothing to change writes nothing.
@@ -10,7 +13,7 @@ reconcile with nothing to change writes nothing.
 import asyncio
 import concurrent.futures
 import logging
-import threading
+from collections.abc import Iterable
 from typing import Any
 
 import kopf
@@ -18,12 +21,11 @@ import kopf
 from vllm_operator.api.service import GROUP, PLURAL, VERSION
 from vllm_operator.kube.cache import WatchCache
 from vllm_operator.kube.gateway import LWS_GROUP, LWS_PLURAL, LWS_VERSION, Kind
-from vllm_operator.reconcile.controller import Controller, RetryableError
-from vllm_operator.rendering.names import LABEL_MANAGED_BY, MANAGED_BY
+from vllm_operator.reconcile.controller import Controller
+from vllm_operator.reconcile.triggers import owners_of, service_of_group_pod
+from vllm_operator.rendering.names import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
 
-# How often the remediation scheduler looks for due services (each service's own
-# spec.remediation.evaluationIntervalSeconds decides when it really runs).
-SCHEDULER_TICK_SECONDS = 1.0
+LIST_SWEEP_SECONDS = 1.0
 
 # Kopf retries a failed API request (a watch included) with these pauses. Its default
 # (1, 1, 2, 3, 5, 8, 13, 21) sleeps up to 21 s between attempts, so after an API-server outage a
@@ -55,7 +57,7 @@ def operator_memo(
         controller=controller,
         connection=connection,
         in_cluster=in_cluster,
-        scheduler_stop=threading.Event(),
+        background_tasks=[],
         webhook_server=webhook_server,
         admission_pool=concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="webhook"),
         cache=cache,
@@ -67,18 +69,22 @@ def _controller(memo: kopf.Memo) -> Controller:
     return controller
 
 
-def _ready(memo: kopf.Memo) -> Controller:
-    """The controller, for a resource handler (past Kopf's indexing gate).
+def _enqueue(memo: kopf.Memo, keys: Iterable[tuple[str, str]]) -> None:
+    """Add service keys to the controller's queue (every resource handler's only action).
 
-    Kopf runs no resource handler but index handlers until the initial list of every indexed
-    resource has gone through the index handlers below, so any other resource handler running
-    proves the watch cache holds every object that existed at start: its misses are
-    authoritative from now on. (Startup and cleanup activities run outside that gate.)
+    The sync gate: Kopf runs no resource handler but index handlers until the initial list of
+    every indexed resource has gone through the index handlers below (its "operator indexed"
+    toggle, kopf/_core/reactor/orchestration.py and processing.py), so the first resource
+    handler to run proves the watch cache holds every object that existed at start. It opens the
+    cache's gate here, explicitly; the workers wait for that gate before taking any key, so no
+    reconcile reads a half-filled cache. (Startup and cleanup activities run outside the gate.)
     """
     cache: WatchCache | None = memo.get("cache")
     if cache is not None:
         cache.mark_synced()
-    return _controller(memo)
+    controller = _controller(memo)
+    for key in keys:
+        controller.enqueue(key)
 
 
 # -- watch caches (#21): index handlers feed the cache, before any other handler runs ------------
@@ -92,6 +98,60 @@ def _observe(memo: kopf.Memo, kind: Kind, event_type: str | None, body: kopf.Bod
     cache: WatchCache | None = memo.get("cache")
     if cache is not None:
         cache.observe(kind, event_type, dict(body))
+
+
+def _watched(memo: kopf.Memo, kind: Kind, event_type: str | None, body: kopf.Body) -> None:
+    """An event handler's part in the cache: a deletion leaves it; an object of a (re-)listing
+    (type None) is counted, so that what a complete list did not return is dropped."""
+    cache: WatchCache | None = memo.get("cache")
+    if cache is None:
+        return
+    cache.mark_synced()  # a resource handler: past Kopf's index gate (see `_enqueue`)
+    if event_type == "DELETED":
+        cache.observe(kind, event_type, dict(body))
+    elif event_type is None:
+        cache.listed(kind, dict(body))
+
+
+def _keys_of_gone(memo: kopf.Memo, kind: Kind, obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """The services concerned by an object a complete list no longer returned."""
+    meta = obj.get("metadata") or {}
+    if kind is Kind.VLLM_SERVICE:
+        return [(str(meta.get("namespace") or "default"), str(meta.get("name", "")))]
+    if kind is Kind.NODE:
+        return _controller(memo).triggers.services_affected_by_node(obj, deleted=True)
+    if kind is Kind.POD:
+        instance = (meta.get("labels") or {}).get(LABEL_INSTANCE)
+        return [(str(meta.get("namespace", "")), str(instance))] if instance else []
+    return owners_of(obj)
+
+
+async def _end_lists(memo: kopf.Memo, cache: WatchCache) -> None:
+    """Once a second: finish quiet (re-)listings and enqueue the services whose objects a
+    complete list no longer returned. On the event loop, like the node handler (one writer of
+    the node fingerprints)."""
+    while True:
+        await asyncio.sleep(LIST_SWEEP_SECONDS)
+        try:
+            for kind, obj in cache.end_lists():
+                _enqueue(memo, _keys_of_gone(memo, kind, obj))
+        except Exception:  # never end the loop
+            logging.getLogger(__name__).exception("Failed to finish a listing")
+
+
+@kopf.on.startup()
+async def start_list_sweeper(memo: kopf.Memo, **_: Any) -> None:
+    cache: WatchCache | None = memo.get("cache")
+    if cache is not None:
+        memo["background_tasks"].append(
+            asyncio.get_running_loop().create_task(_end_lists(memo, cache))
+        )
+
+
+@kopf.on.cleanup()
+async def stop_list_sweeper(memo: kopf.Memo, **_: Any) -> None:
+    for task in memo["background_tasks"]:
+        task.cancel()
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -133,34 +193,32 @@ async def cache_node(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
 
 @kopf.on.event("", "v1", "services")
 async def forget_kube_service(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
-    if type == "DELETED":
-        _observe(memo, Kind.SERVICE, type, body)
+    _watched(memo, Kind.SERVICE, type, body)
 
 
 @kopf.on.event("policy", "v1", "poddisruptionbudgets")
 async def forget_pdb(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
-    if type == "DELETED":
-        _observe(memo, Kind.PDB, type, body)
+    _watched(memo, Kind.PDB, type, body)
 
 
 @kopf.on.event("", "v1", "pods")
-async def forget_pod(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
-    if type == "DELETED":
-        _observe(memo, Kind.POD, type, body)
+async def on_pod(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
+    """A deleted pod leaves the cache; a multi-node group's pod re-reconciles its service (a
+    group's readiness is its pods', the LeaderWorkerSet's status lags them)."""
+    _watched(memo, Kind.POD, type, body)
+    _enqueue(memo, service_of_group_pod(dict(body)))
 
 
 @kopf.on.event("apps", "v1", "deployments")
 async def forget_deployment(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
-    if type == "DELETED":
-        _observe(memo, Kind.DEPLOYMENT, type, body)
+    _watched(memo, Kind.DEPLOYMENT, type, body)
 
 
 @kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL)
 async def forget_leader_worker_set(
     memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any
 ) -> None:
-    if type == "DELETED":
-        _observe(memo, Kind.LEADER_WORKER_SET, type, body)
+    _watched(memo, Kind.LEADER_WORKER_SET, type, body)
 
 
 @kopf.on.login()
@@ -197,34 +255,24 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 
 @kopf.on.startup()
-def start_scheduler(memo: kopf.Memo, **_: Any) -> None:
-    """Start the one remediation loop (a thread: evaluations call the blocking gateways)."""
-    scheduler = _controller(memo).scheduler
-    scheduler.tick = SCHEDULER_TICK_SECONDS
-    thread = threading.Thread(
-        target=scheduler.run, args=(memo["scheduler_stop"],), name="remediation", daemon=True
-    )
-    thread.start()
+def start_workers(memo: kopf.Memo, **_: Any) -> None:
+    """Start the queue's workers (threads: reconciles call the blocking gateways). They take keys
+    only after the watch caches synced (`_enqueue`); without a cache (tests) at once."""
+    cache: WatchCache | None = memo.get("cache")
+    _controller(memo).start(cache.synced_event if cache is not None else None)
 
 
 @kopf.on.cleanup()
-def stop_scheduler(memo: kopf.Memo, **_: Any) -> None:
-    memo["scheduler_stop"].set()
-
-
-def _reconcile(memo: kopf.Memo, namespace: str, name: str) -> None:
-    try:
-        _ready(memo).reconcile(namespace, name)
-    except RetryableError as exc:
-        raise kopf.TemporaryError(str(exc), delay=exc.delay) from exc
+def stop_workers(memo: kopf.Memo, **_: Any) -> None:
+    _controller(memo).stop()
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-def on_service(memo: kopf.Memo, namespace: str | None, name: str | None, **_: Any) -> None:
+async def on_service(memo: kopf.Memo, namespace: str | None, name: str | None, **_: Any) -> None:
     """Create, update and resume all lead to the same level-based reconcile."""
-    _reconcile(memo, namespace or "default", name or "")
+    _enqueue(memo, [(namespace or "default", name or "")])
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -236,39 +284,33 @@ async def on_service_event(
     body: kopf.Body,
     **_: Any,
 ) -> None:
-    """A deleted service is forgotten. Watching, not a deletion handler: no finalizer is needed,
-    so deleting a VLLMService never waits for the operator (children go by owner references).
+    """A deleted service is dropped from the cache and enqueued: its worker finds it gone and
+    forgets it (only the worker holding a key touches that service's state). Watching, not a
+    deletion handler: no finalizer is needed, so deleting a VLLMService never waits for the
+    operator (children go by owner references).
 
-    Async: forgetting is in memory only, and a sync handler would send every event of every
-    service through the handler threads, where it queues behind reconciles that wait on the API
-    server while Kopf holds the event's body (#21: the creation burst's memory and latency)."""
+    Async: in memory only; a sync handler would send every event of every service through
+    Kopf's handler threads (#21: the creation burst's memory and latency)."""
+    _watched(memo, Kind.VLLM_SERVICE, type, body)
     if type == "DELETED":
-        _observe(memo, Kind.VLLM_SERVICE, type, body)
-        _ready(memo).forget(namespace or "default", name or "")
+        _enqueue(memo, [(namespace or "default", name or "")])
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
 @kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels={LABEL_MANAGED_BY: MANAGED_BY})
-def on_owned_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+async def on_owned_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
     """A change to an owned Deployment or LeaderWorkerSet (readiness, drift) re-reconciles its
     VLLMService."""
-    for owner in _ready(memo).owners_of(dict(body)):
-        try:
-            _reconcile(memo, *owner)
-        except kopf.TemporaryError:
-            logging.getLogger(__name__).info("Deferred reconcile of service=%s/%s", *owner)
+    _enqueue(memo, owners_of(dict(body)))
 
 
 @kopf.on.event("", "v1", "nodes")
-def on_node(memo: kopf.Memo, body: kopf.Body, type: str | None, **_: Any) -> None:
-    """GPU nodes appearing, changing labels or capacity re-plan the services they can serve."""
-    if type == "DELETED":
-        _observe(memo, Kind.NODE, type, body)
-    for key in _ready(memo).services_affected_by_node(dict(body), deleted=type == "DELETED"):
-        try:
-            _reconcile(memo, *key)
-        except kopf.TemporaryError:
-            logging.getLogger(__name__).info("Deferred reconcile of service=%s/%s", *key)
+async def on_node(memo: kopf.Memo, body: kopf.Body, type: str | None, **_: Any) -> None:
+    """GPU nodes appearing, changing labels or capacity re-plan the services they can serve.
+    Async on purpose: the node fingerprints then have one writer, Kopf's event loop."""
+    _watched(memo, Kind.NODE, type, body)
+    triggers = _controller(memo).triggers
+    _enqueue(memo, triggers.services_affected_by_node(dict(body), deleted=type == "DELETED"))
 
 
 async def validate_service(

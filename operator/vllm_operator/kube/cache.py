@@ -17,7 +17,9 @@ Rules that keep the memory view correct:
   resourceVersion, and a deletion leaves a tombstone so a late write response cannot resurrect it.
 - Until the initial list has been seen (`mark_synced`) every read goes to the API server. Kopf
   runs no handler except index handlers before every indexed resource's initial list was indexed
-  (its "operator indexed" gate), so the first reconcile handler that runs marks the cache synced.
+  (its "operator indexed" gate), so the first resource handler that runs opens the gate
+  (handlers/registrations.py `_enqueue`, explicitly; no getter has that side effect). The queue's
+  workers wait on `synced_event` before taking any key (#32).
 - A write that conflicted drops the object: the next read goes to the API server (a conflict
   means our view was wrong).
 - Every entry expires `ttl` seconds after it was last confirmed by an event or a write. Kopf
@@ -26,6 +28,15 @@ Rules that keep the memory view correct:
   object deleted while no watch was open gets no DELETED event, and only expiry notices it. A
   read that meets an expired entry goes to the API server, and a list answered there replaces
   what the cache holds for that selection (what it does not return is gone).
+- A complete list is the full truth (#32). Kopf re-lists a kind when its watch cannot resume
+  (410 Gone, e.g. after an API-server restart) and delivers every listed object as an event of
+  type None; an object deleted while no watch was open gets no DELETED event. The handlers pass
+  those events to `listed`; once a kind's listing has been quiet for `RELIST_QUIET_SECONDS`,
+  `end_lists` drops what the listing did not return (and was not confirmed by a write since it
+  began) and hands it back, so that the services owning it reconcile (a Deployment deleted
+  while the watches were reconnecting is recreated, and status does not report readiness from
+  an object that no longer exists). Only the namespaces the listing covered are swept; a
+  listing that returns nothing sends no event, and there the expiry below stays the backstop.
 - Reads return copies: callers may modify what they get without touching the cache.
 - Objects are kept as compact JSON text (with their labels and resourceVersion beside it) and
   decoded on read: a Deployment is ~9 KB of JSON but ~50 KB as Python dicts, and a read needs a
@@ -75,6 +86,22 @@ DEFAULT_TTL_SECONDS = 720.0
 that two re-lists did not confirm is read again from the API server."""
 
 Key = tuple[str, str]  # namespace ("" for nodes), name
+
+RELIST_QUIET_SECONDS = 5.0
+"""A kind's (re-)listing is over when no listed object arrived for this long. Kopf hands the
+listing to its per-object workers at once, so its events come in one burst."""
+
+
+class _Listing:
+    """One (re-)listing of a kind in progress: when it began, its last object, what it held."""
+
+    __slots__ = ("started", "last", "keys", "namespaces")
+
+    def __init__(self, now: float) -> None:
+        self.started = now
+        self.last = now
+        self.keys: set[Key] = set()
+        self.namespaces: set[str] = set()
 
 
 def _rv(obj: Obj) -> int | None:
@@ -170,6 +197,8 @@ class WatchCache:
         self._tombstones: dict[tuple[Kind, Key], int | None] = {}
         self._stale: set[tuple[Kind, Key]] = set()
         self._synced = False
+        self._synced_event = threading.Event()
+        self._listings: dict[Kind, _Listing] = {}
         self._guard = threading.Lock()
 
     # -- feeding ---------------------------------------------------------------------------------
@@ -233,6 +262,56 @@ class WatchCache:
                 self._tombstones.pop(next(iter(self._tombstones)))
             self._tombstones[(kind, key)] = rv
 
+    def listed(self, kind: Kind, obj: Obj) -> None:
+        """An object delivered by a (re-)list of its kind (a watch event of type None)."""
+        key = _key(obj)
+        now = self._clock()
+        with self._guard:
+            listing = self._listings.get(kind)
+            if listing is None or now - listing.last > RELIST_QUIET_SECONDS:
+                listing = self._listings[kind] = _Listing(now)
+            listing.last = now
+            listing.keys.add(key)
+            listing.namespaces.add(key[0])
+        self.store(kind, obj)
+
+    def end_lists(self) -> list[tuple[Kind, Obj]]:
+        """Finish every listing quiet for `RELIST_QUIET_SECONDS`: drop (with a tombstone) what it
+        did not return and nothing confirmed since it began; returns the dropped objects."""
+        now = self._clock()
+        gone: list[tuple[Kind, Obj]] = []
+        with self._guard:
+            for kind, listing in list(self._listings.items()):
+                if now - listing.last < RELIST_QUIET_SECONDS:
+                    continue
+                del self._listings[kind]
+                if not self._synced:
+                    continue
+
+                def unlisted(key: Key, kind: Kind = kind, listing: _Listing = listing) -> bool:
+                    return (
+                        key[0] in listing.namespaces
+                        and key not in listing.keys
+                        and self._seen.get((kind, key), now) < listing.started
+                    )
+
+                gone += [(kind, e.decode()) for k, e in self._objects[kind].items() if unlisted(k)]
+                gone += [
+                    (kind, {"metadata": {"namespace": k[0], "name": k[1]}})
+                    for k in self._foreign[kind]
+                    if unlisted(k)
+                ]
+        for kind, obj in gone:
+            meta = obj.get("metadata") or {}
+            log.info(
+                "Dropped an object a complete list did not return kind=%s object=%s/%s",
+                kind,
+                meta.get("namespace", ""),
+                meta.get("name", ""),
+            )
+            self.remove(kind, {"metadata": {k: meta.get(k) for k in ("namespace", "name")}})
+        return gone
+
     def invalidate(self, kind: Kind, namespace: str, name: str) -> None:
         """Our view of this object proved wrong (a conflict): read it from the API next time."""
         key = (namespace, name)
@@ -246,11 +325,17 @@ class WatchCache:
         """Every cached kind's initial list has been stored: misses are now authoritative."""
         if not self._synced:
             self._synced = True
+            self._synced_event.set()
             log.info("Synced watch caches objects=%d", self.size())
 
     @property
     def synced(self) -> bool:
         return self._synced
+
+    @property
+    def synced_event(self) -> threading.Event:
+        """Set once the initial lists are stored (the workers' start gate)."""
+        return self._synced_event
 
     def size(self) -> int:
         with self._guard:

@@ -1,20 +1,33 @@
 """The level-based reconcile of one VLLMService: gather, plan, render, apply, status.
 
 Every trigger (the service changed, an owned Deployment changed, a GPU node changed, the operator
-restarted) runs the same function, which reads the world, computes what should exist, applies only
-what differs and writes status once, only if it changed. So a reconcile with nothing to change
-makes zero write calls, and a restart in the middle of a rollout simply continues it.
+restarted) adds the service's key to one work queue (reconcile/queue.py, reconcile/triggers.py),
+and a worker holding the key runs the same function, which reads the world, computes what should
+exist, applies only what differs and writes status once, only if it changed. So a reconcile with
+nothing to change makes zero write calls, and a restart in the middle of a rollout simply
+continues it.
+
+When a key comes back is decided in one place (#32): each run ends with `_schedule`, which adds
+the key after the earliest of what it waits for (a settling spec, a failure's backoff, the next
+remediation evaluation), reported as `Outcome.requeue_after`.
+
+Threading rule: the queue hands a key to one worker at a time, so the per-service maps below
+(failures, conflicts warned, settle times, the evaluator's memory) are only touched by the worker
+holding that service's key; the maps shared across services (`_wanted`, node and budget caches,
+the trigger index) take their own lock.
 """
 
+import contextlib
+import hashlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from vllm_operator.api import ScalingMode, VLLMService, VLLMServiceStatus
+from vllm_operator.api.groups import LWS_LABEL_GROUP_INDEX, LWS_LABEL_NAME
 from vllm_operator.api.manifests import ServiceInvalid
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
@@ -47,13 +60,15 @@ from vllm_operator.reconcile.observed import fleet_members, fleet_observations
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     PlanCache,
+    PoolOutcome,
     ServiceRejected,
     attach_live,
     plan_pools,
     prepare_service,
 )
+from vllm_operator.reconcile.queue import DEFAULT_WORKERS, Key, Workers, WorkQueue, drain
 from vllm_operator.reconcile.replicas import hand_over_replicas
-from vllm_operator.reconcile.scheduler import EvaluationScheduler, RetryLater
+from vllm_operator.reconcile.scheduler import EvaluationTimes
 from vllm_operator.reconcile.settle import SettleTracker
 from vllm_operator.reconcile.status import (
     budget_note,
@@ -64,6 +79,7 @@ from vllm_operator.reconcile.status import (
     service_status,
     transition_events,
 )
+from vllm_operator.reconcile.triggers import Triggers, node_fingerprint
 from vllm_operator.reconcile.writes import CountingGateway, node_event, service_event
 from vllm_operator.rendering.names import (
     ANNOTATION_GPU_TYPE,
@@ -76,8 +92,6 @@ from vllm_operator.rendering.workload import render_pdb, render_service
 
 log = logging.getLogger(__name__)
 
-_NODE_FIELDS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
-
 
 @dataclass
 class Outcome:
@@ -87,6 +101,9 @@ class Outcome:
     deleted: list[str] = field(default_factory=list)
     status_written: bool = False
     events: list[str] = field(default_factory=list)
+    # Seconds until the key is handed back (settling, backoff, the next evaluation); None: only
+    # a trigger brings it back.
+    requeue_after: float | None = None
 
 
 def _utcnow() -> datetime:
@@ -94,7 +111,7 @@ def _utcnow() -> datetime:
 
 
 class Controller:
-    """Reconciles VLLMServices through a KubeGateway. Thread-safe per service."""
+    """Reconciles VLLMServices through a KubeGateway, one key at a time per service."""
 
     def __init__(
         self,
@@ -105,6 +122,7 @@ class Controller:
         metrics: MetricsSource | None = None,
         settle_seconds: float = 0.0,
         monotonic: Callable[[], float] = time.monotonic,
+        workers: int = DEFAULT_WORKERS,
     ) -> None:
         # Every write goes through the counting wrapper (vllm_operator_api_writes_total).
         self.gw = CountingGateway(gateway)
@@ -116,14 +134,16 @@ class Controller:
         self._node_cache_guard = threading.Lock()
         self.resolver = resolver
         self.clock = clock
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._locks_guard = threading.Lock()
-        # Services with a reconcile waiting for their lock (not yet reading): later triggers
-        # join it instead of queueing another full reconcile (#21).
-        self._waiting: set[tuple[str, str]] = set()
-        # (namespace, name) -> canonical GPU labels the service allows (for node triggers).
-        self._gpu_index: dict[tuple[str, str], set[str]] = {}
-        self._node_fingerprints: dict[str, tuple[Any, ...]] = {}
+        # One queue decides when each service runs (#32): triggers, settling, backoff and
+        # remediation evaluations are all adds of the service's key.
+        self.queue = WorkQueue(clock=monotonic)
+        self.workers = Workers(self.queue, self.process, workers)
+        # When a reconcile of each key is wanted (monotonic); a key without an entry needs none.
+        self._wanted: dict[Key, float] = {}
+        self._wanted_guard = threading.Lock()
+        # Event -> keys (node events through each service's allowed GPU types).
+        self.triggers = Triggers(on_nodes_changed=self._drop_node_cache)
+        self._nodes_digested: tuple[list[Obj], str] | None = None
         # Probe annotations: decoded once per change, one Warning per (node, problem) on the node.
         self._budget_cache = BudgetCache()
         self._budget_events: dict[str, str] = {}
@@ -132,14 +152,12 @@ class Controller:
         # Plan results by their inputs (#21): services sharing a model and GPU plan once.
         self.plans = PlanCache()
         self._conflicts_warned: dict[tuple[str, str], set[str]] = {}
-        # Run-time remediation: one loop for every service (no Kopf timer, so no finalizer).
-        # Prometheus is asked once per signal for all services due in a tick (#21).
-        self.scheduler = EvaluationScheduler(
-            self._evaluate_scheduled,
-            clock=monotonic,
-            before=self._prefetch,
-            after=self.evaluator.end_tick,
-        )
+        # Run-time remediation: delayed adds on the queue at each service's interval (no Kopf
+        # timer, so no finalizer). Prometheus is asked once per signal for all services due
+        # together (#21): the first of them fetches the batch, the others take their share.
+        self.evaluations = EvaluationTimes(monotonic)
+        self._batched: set[Key] = set()
+        self._batch_guard = threading.Lock()
         # Bursts of edits roll pods once (reconcile/settle.py).
         self.settle = SettleTracker(settle_seconds, monotonic)
         self._monotonic = monotonic
@@ -154,108 +172,106 @@ class Controller:
         self.admission_resolver = BoundedResolver(resolver)
         self._admission_groups: tuple[list[Obj], dict[str, GpuNodeGroup]] | None = None
 
-    # ----------------------------------------------------------------------------- triggers
+    # ------------------------------------------------------------------------ queue and keys
 
-    def _lock(self, key: tuple[str, str]) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(key, threading.Lock())
+    def enqueue(self, key: Key) -> None:
+        """A trigger: reconcile `key` as soon as a worker is free (the Kopf handlers' only call)."""
+        self._want(key, self._monotonic())
+        self.queue.add(key)
+
+    def start(self, gate: threading.Event | None = None) -> None:
+        """Start the workers; they take keys once `gate` is set (the watch caches synced)."""
+        self.workers.start(gate)
+
+    def stop(self) -> None:
+        """Stop taking keys and wait for the running ones (the operator's cleanup)."""
+        self.workers.stop()
+
+    def run_due(self) -> list[Key]:
+        """Process every key due now on the calling thread (tests, with a fake clock)."""
+        return drain(self.queue, self.process)
+
+    def process(self, key: Key) -> Outcome:
+        """A worker's run of one key: the evaluation if due, the reconcile if wanted, then the
+        key's next time on the queue. Failures end as conditions and a delayed add (never an
+        exception: the queue's own rate limiting is for bugs that escape this)."""
+        namespace, name = key
+        now = self._monotonic()
+        outcome = Outcome()
+        if self.evaluations.is_due(key):
+            self._prefetch_batch(key)
+            # A failure is reported; the evaluation's backoff is its next due time.
+            with contextlib.suppress(RetryableError):
+                outcome = self.evaluate(namespace, name)
+        with self._wanted_guard:
+            at = self._wanted.get(key)
+        if at is not None and at <= now:
+            # A failure is reported; its backoff is in `_wanted`.
+            with contextlib.suppress(RetryableError):
+                outcome = self.reconcile(namespace, name)
+        outcome.requeue_after = self._schedule(key)
+        return outcome
+
+    def _want(self, key: Key, at: float) -> None:
+        """A reconcile of `key` is wanted at `at` (the earliest of all wishes counts)."""
+        with self._wanted_guard:
+            current = self._wanted.get(key)
+            if current is None or at < current:
+                self._wanted[key] = at
+
+    def _schedule(self, key: Key) -> float | None:
+        """Add `key` to the queue for its next due time (reconcile wanted, evaluation due);
+        the delay, or None when nothing is due."""
+        with self._wanted_guard:
+            wanted = self._wanted.get(key)
+        times = [t for t in (wanted, self.evaluations.next_at(key)) if t is not None]
+        if not times:
+            return None
+        delay = max(0.0, min(times) - self._monotonic())
+        self.queue.add_after(key, delay)
+        return delay
 
     def forget(self, namespace: str, name: str) -> None:
         """The service is gone; its children go through owner references."""
-        self._gpu_index.pop((namespace, name), None)
-        self.pool_plans.forget((namespace, name))
-        self._conflicts_warned.pop((namespace, name), None)
-        self.scheduler.forget((namespace, name))
-        self.settle.forget((namespace, name))
+        key = (namespace, name)
+        self.triggers.forget(key)
+        self.pool_plans.forget(key)
+        self._conflicts_warned.pop(key, None)
+        self.evaluations.forget(key)
+        self.evaluator.forget(key)
+        self.settle.forget(key)
+        self.queue.forget(key)
+        with self._wanted_guard:
+            self._wanted.pop(key, None)
         for action in ACTIONS:
             self._failures.pop((namespace, name, action), None)
             self._failures_warned.pop((namespace, name, action), None)
-        with self._locks_guard:
-            self._locks.pop((namespace, name), None)
-
-    def owners_of(self, obj: Obj) -> list[tuple[str, str]]:
-        """The VLLMService(s) owning an object, from its owner references."""
-        meta = obj.get("metadata") or {}
-        return [
-            (str(meta.get("namespace", "")), str(ref.get("name")))
-            for ref in meta.get("ownerReferences") or []
-            if ref.get("kind") == "VLLMService" and ref.get("controller")
-        ]
-
-    def services_affected_by_node(self, node: Obj, *, deleted: bool) -> list[tuple[str, str]]:
-        """Services to re-plan after a node event; heartbeats and unrelated nodes yield none."""
-        meta = node.get("metadata") or {}
-        name = str(meta.get("name", ""))
-        labels = meta.get("labels") or {}
-        status = node.get("status") or {}
-        allocatable = status.get("allocatable") or {}
-        ready = next(
-            (c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"),
-            None,
-        )
-        annotations = {
-            k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("serving.")
-        }
-        fingerprint = (
-            tuple(labels.get(k) for k in _NODE_FIELDS),
-            tuple(
-                sorted(
-                    (k, v)
-                    for k, v in allocatable.items()
-                    if k.startswith("nvidia.com/") or k == "memory"  # memory: host-memory cap
-                )
-            ),
-            ready,
-            bool((node.get("spec") or {}).get("unschedulable")),
-            tuple(sorted(annotations.items())),
-            deleted,
-        )
-        previous = self._node_fingerprints.get(name)
-        if deleted:
-            self._node_fingerprints.pop(name, None)
-        else:
-            self._node_fingerprints[name] = fingerprint
-        if previous == fingerprint:
-            return []
-        self._node_cache = None
-        products = {labels.get("nvidia.com/gpu.product")}
-        if previous is not None:
-            products.add(previous[0][0])
-        wanted = {canonical_label(p) for p in products if p}
-        if not wanted:
-            return []
-        return sorted(k for k, allowed in self._gpu_index.items() if allowed & wanted)
 
     # ------------------------------------------------------------------------------ reconcile
 
     def reconcile(self, namespace: str, name: str) -> Outcome:
-        """Reconcile one service by name (reads the current object first).
+        """Reconcile one service by name (reads the current object first); the caller holds the
+        key (a queue worker, or a test on its own thread).
 
         Fail-safe (#12): whatever fails while gathering, planning, rendering or applying ends as
         a condition on this service only (see `_failed`) and a RetryableError with this service's
-        backoff delay; the scheduler retries it then until it succeeds, independent of Kopf's
-        diff-base (#20). A failing service is attempted at most once per backoff period for the
-        same generation, whatever triggers arrive (its Deployment's events, nodes, Kopf's retries).
+        backoff delay; the key comes back from the queue then until it succeeds, independent of
+        Kopf's diff-base (#20). A failing service is attempted at most once per backoff period
+        for the same generation, whatever triggers arrive (its Deployment's events, nodes).
         """
         key = (namespace, name)
-        with self._locks_guard:
-            if key in self._waiting:
-                # A reconcile of this service waits for the lock and has not read anything yet:
-                # it will see whatever this trigger saw (the watch cache already holds it).
-                return Outcome()
-            self._waiting.add(key)
+        with self._wanted_guard:
+            # Taken: a trigger from now on wants another run (the queue hands it back after).
+            self._wanted.pop(key, None)
         try:
-            lock = self._lock(key)
-            lock.acquire()
-        finally:
-            with self._locks_guard:
-                self._waiting.discard(key)
-        try:
-            return self._reconcile_locked(namespace, name)
-        finally:
-            lock.release()
+            outcome = self._reconcile_key(namespace, name)
+        except RetryableError:
+            self._schedule(key)
+            raise
+        outcome.requeue_after = self._schedule(key)
+        return outcome
 
-    def _reconcile_locked(self, namespace: str, name: str) -> Outcome:
+    def _reconcile_key(self, namespace: str, name: str) -> Outcome:
         started = time.perf_counter()
         key = (namespace, name)
         body: Obj | None = None
@@ -287,26 +303,31 @@ class Controller:
         """Run-time remediation for one service; reconciles again when overrides or a pool's
         failure changed (re-rendered pools, Degraded re-derived).
 
-        A failure is reported like a reconcile's (`_failed`) with its own backoff: the scheduler
-        tries this service again after the RetryableError's delay.
+        A failure is reported like a reconcile's (`_failed`) with its own backoff: the next
+        evaluation is due after the RetryableError's delay instead of the interval.
         """
         key = (namespace, name)
-        with self._lock(key):
-            body: Obj | None = None
-            try:
-                body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
-                if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
-                    self.forget(namespace, name)
-                    return Outcome()
-                changed = self.evaluator.evaluate(body)
-                body = self.gw.get(Kind.VLLM_SERVICE, namespace, name) if changed else None
-                outcome = self.reconcile_body(body) if body is not None else Outcome()
-                self._recovered((*key, "evaluate"))
-                return outcome
-            except RetryableError:
-                raise
-            except Exception as exc:  # every failure ends as a condition (#12)
-                raise self._failed((*key, "evaluate"), body, exc) from exc
+        body: Obj | None = None
+        delay: float | None = None
+        try:
+            body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
+            if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                self.forget(namespace, name)
+                return Outcome()
+            changed = self.evaluator.evaluate(body)
+            body = self.gw.get(Kind.VLLM_SERVICE, namespace, name) if changed else None
+            outcome = self.reconcile_body(body) if body is not None else Outcome()
+            self._recovered((*key, "evaluate"))
+            return outcome
+        except RetryableError as exc:
+            delay = exc.delay
+            raise
+        except Exception as exc:  # every failure ends as a condition (#12)
+            failed = self._failed((*key, "evaluate"), body, exc)
+            delay = failed.delay
+            raise failed from exc
+        finally:
+            self.evaluations.ran(key, delay)
 
     # ---------------------------------------------------------------------- failure handling
 
@@ -325,6 +346,7 @@ class Controller:
         if failure is None or self._due(key, body):
             return
         left = max(failure.due - self._monotonic(), 1.0)
+        self._want(key[:2], self._monotonic() + left)
         log.debug("Deferred %s service=%s/%s retry_in=%.0fs", key[2], key[0], key[1], left)
         raise RetryableError(failure.message, delay=left)
 
@@ -372,13 +394,11 @@ class Controller:
         if reason is not None and body is not None:
             self._report_failure(key, body, reason, message)
         if action == "reconcile":
-            # The retry is the controller's own, not only Kopf's: Kopf re-runs a handler only
-            # while the spec differs from its last-handled configuration, so after A -> B
-            # (failing) -> A it would call nothing and status would stay at B's generation
-            # (#20). A successful retry ends the chain; a deferred one re-schedules itself.
-            self.scheduler.call_later(
-                (namespace, name), delay, lambda: self._reconcile_quietly(namespace, name)
-            )
+            # The retry is the queue's, not Kopf's: Kopf re-runs a handler only while the spec
+            # differs from its last-handled configuration, so after A -> B (failing) -> A it
+            # would call nothing and status would stay at B's generation (#20). A successful
+            # retry ends the chain; a deferred one wants the key again at the backoff's end.
+            self._want((namespace, name), self._monotonic() + delay)
         return RetryableError(message, delay=delay)
 
     def _report_failure(self, key: FailureKey, body: Obj, reason: Reason, message: str) -> None:
@@ -403,8 +423,25 @@ class Controller:
                 one_line(str(exc)),
             )
 
+    def _prefetch_batch(self, key: Key) -> None:
+        """Before an evaluation: unless an earlier batch covered `key`, fetch the metrics of every
+        service due now in one batch; the workers evaluating the others take their share.
+        A failing prefetch only costs the batching: each evaluation then queries for itself."""
+        if not self.evaluator.batches:
+            return
+        with self._batch_guard:
+            if key in self._batched:
+                self._batched.discard(key)
+                return
+            due = self.evaluations.due()
+            self._batched = set(due) - {key}
+            try:
+                self._prefetch(due)
+            except Exception:
+                log.exception("Failed to prepare evaluations")
+
     def _prefetch(self, keys: list[tuple[str, str]]) -> None:
-        """The scheduler's tick hook: the due services' metrics in one batch (reads are cached).
+        """The due services' metrics in one batch (reads are cached).
 
         Without Prometheus nothing is read: decoding every due service here only to find no
         metrics source cost a third of the idle operator's CPU (#21, the steady-window profile).
@@ -413,13 +450,6 @@ class Controller:
             return
         bodies = [self.gw.get(Kind.VLLM_SERVICE, namespace, name) for namespace, name in keys]
         self.evaluator.prefetch([b for b in bodies if b is not None])
-
-    def _evaluate_scheduled(self, namespace: str, name: str) -> None:
-        """The scheduler's callback: a retryable failure comes back after its own delay."""
-        try:
-            self.evaluate(namespace, name)
-        except RetryableError as exc:
-            raise RetryLater(str(exc), exc.delay) from exc
 
     def reconcile_body(self, body: Obj) -> Outcome:
         """One pass over a VLLMService object as read from the API."""
@@ -440,11 +470,9 @@ class Controller:
             status = rejected_status(old_status, Reason.INVALID_SPEC, problems, now, generation)
             self._write_status(body, old_status, status, outcome)
             return outcome
-        self._gpu_index[(namespace, name)] = {
-            canonical_label(g) for g in service.spec.placement.gpu_types
-        }
+        self.triggers.index((namespace, name), service.spec.placement.gpu_types)
         # Every mode is observed (off only takes no step), so every service is scheduled.
-        self.scheduler.track(
+        self.evaluations.track(
             (namespace, name), service.spec.remediation.evaluation_interval_seconds
         )
 
@@ -456,6 +484,7 @@ class Controller:
             return outcome
 
         nodes = self._nodes()
+        self.settle.note_nodes((namespace, name), self._nodes_digest(nodes))
         groups = group_gpu_nodes(nodes)
         budgets = self._budgets(service, nodes, now, outcome)
         pools = plan_pools(
@@ -521,6 +550,7 @@ class Controller:
                     self.gw.apply(obj)
                     outcome.applied.append(f"{kind}/{obj['metadata']['name']}")
         attach_live(pools, existing)
+        self._count_ready_groups(service, pools)
 
         if settling > 0:
             # Status stays at the previous generation until the new plan is really rolled.
@@ -531,9 +561,7 @@ class Controller:
                 generation,
                 settling,
             )
-            self.scheduler.call_later(
-                (namespace, name), settling, lambda: self._reconcile_quietly(namespace, name)
-            )
+            self._want((namespace, name), self._monotonic() + settling)
             return outcome
         status = service_status(service, old_status, pools, now, generation, note)
         status = name_conflict_status(status, conflicts, now, generation)
@@ -575,14 +603,59 @@ class Controller:
 
     # ------------------------------------------------------------------------------- helpers
 
-    def _reconcile_quietly(self, namespace: str, name: str) -> None:
-        """A deferred reconcile from the scheduler: its failures retry like any other."""
-        try:
-            self.reconcile(namespace, name)
-        except RetryableError as exc:
-            self.scheduler.call_later(
-                (namespace, name), exc.delay, lambda: self._reconcile_quietly(namespace, name)
-            )
+    def _nodes_digest(self, nodes: list[Obj]) -> str:
+        """What of the nodes a plan reads (triggers.node_fingerprint), as one digest; computed
+        once per node list (the short-lived node cache hands the same list to a burst)."""
+        cached = self._nodes_digested
+        if cached is not None and cached[0] is nodes:
+            return cached[1]
+        digest = hashlib.sha256(
+            repr(
+                sorted(
+                    (
+                        str((n.get("metadata") or {}).get("name", "")),
+                        node_fingerprint(n, deleted=False),
+                    )
+                    for n in nodes
+                )
+            ).encode()
+        ).hexdigest()
+        self._nodes_digested = (nodes, digest)
+        return digest
+
+    def _count_ready_groups(self, service: VLLMService, pools: list[PoolOutcome]) -> None:
+        """A multi-node pool's ready groups as its pods in the watch cache show them, never more
+        than its LeaderWorkerSet reports: that status lags its pods (#32: a group whose worker
+        was deleted while the LeaderWorkerSet controller was down, or Pending on a cordoned
+        node, was reported Ready for 12-18 s). A group is ready when every one of its `size`
+        pods is Ready and none is being deleted."""
+        groups = [p for p in pools if (p.live or {}).get("kind") == Kind.LEADER_WORKER_SET.value]
+        if not groups:
+            return
+        pods = self.gw.list_pods(service.namespace, selector_labels(service.name))
+        for pool in groups:
+            live = pool.live or {}
+            lws_name = (live.get("metadata") or {}).get("name")
+            template = (live.get("spec") or {}).get("leaderWorkerTemplate") or {}
+            size = int(template.get("size") or 1)
+            ready_pods: dict[str, int] = {}
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                labels = meta.get("labels") or {}
+                if labels.get(LWS_LABEL_NAME) != lws_name or meta.get("deletionTimestamp"):
+                    continue
+                if _pod_ready(pod):
+                    index = str(labels.get(LWS_LABEL_GROUP_INDEX, ""))
+                    ready_pods[index] = ready_pods.get(index, 0) + 1
+            counted = sum(1 for n in ready_pods.values() if n >= size)
+            status = dict(live.get("status") or {})
+            if int(status.get("readyReplicas") or 0) > counted:
+                status["readyReplicas"] = counted
+                pool.live = {**live, "status": status}
+
+    def _drop_node_cache(self) -> None:
+        """A node changed something the planner reads: the next reconcile lists afresh."""
+        self._node_cache = None
 
     def _fleet_observations(
         self, service: VLLMService, own: Sequence[Observation]
@@ -752,6 +825,15 @@ class Controller:
         outcome.status_written = True
         for type_, reason, message in transition_events(old, new):
             self._event(service or body, type_, reason, message, outcome)
+
+
+def _pod_ready(pod: Obj) -> bool:
+    """The pod's Ready condition is True."""
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+        if isinstance(c, dict)
+    )
 
 
 def _owned_by(obj: Obj, service: VLLMService) -> bool:

@@ -141,6 +141,11 @@ class Evaluator:
             for (key, request), answer in zip(requests, answers, strict=True)
         }
 
+    def forget(self, key: tuple[str, str]) -> None:
+        """The service is gone: drop what this evaluator remembers of it."""
+        self._last.pop(key, None)
+        self._prefetched.pop(key, None)
+
     def end_tick(self) -> None:
         """Drop what a tick prefetched: a later evaluation must not see old metrics."""
         self._prefetched = {}

@@ -131,7 +131,8 @@ def ready_counts(pool: PoolOutcome) -> tuple[int, int]:
     live = pool.live or {}
     spec_replicas = int((live.get("spec") or {}).get("replicas") or 0)
     ready = int((live.get("status") or {}).get("readyReplicas") or 0)
-    return spec_replicas, ready
+    # Scaling down, the surplus pods still count as ready until they are gone: never "3/2".
+    return spec_replicas, min(ready, spec_replicas)
 
 
 def _nodes_note(pool: PoolOutcome) -> str:
@@ -186,12 +187,17 @@ def _kept_plan(old: list[PoolStatus], pool: PoolOutcome) -> PoolPlan | None:
     return None
 
 
-def rollout_done(pool: PoolOutcome) -> bool:
+def rollout_done(pool: PoolOutcome, external: bool = False) -> bool:
     """The Deployment controller has observed the current generation and fully rolled it out.
 
     A LeaderWorkerSet (multi-node pool) reports no observedGeneration: its rollout is done when
     its controller no longer reports UpdateInProgress and every group is updated and ready (the
     counts are groups).
+
+    With `external` (scaling.mode external) the replica count is the autoscaler's, and a replica
+    change is not a rollout (#32: every autoscaler step flipped Progressing and sent two Events).
+    A rollout is then pods of an older template still running (updated < current replicas), or a
+    pool with no ready replica yet; pods being added or removed by a scale are not.
     """
     live = pool.live or {}
     meta, status = live.get("metadata") or {}, live.get("status") or {}
@@ -205,6 +211,14 @@ def rollout_done(pool: PoolOutcome) -> bool:
         )
     else:
         observed = int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+    if external:
+        # A generation not yet observed may be the autoscaler's scale: judged by what runs.
+        running = int(status.get("replicas") or 0)
+        return (
+            (observed or live.get("kind") != "LeaderWorkerSet")
+            and int(status.get("updatedReplicas") or 0) >= running
+            and (desired == 0 or int(status.get("readyReplicas") or 0) > 0)
+        )
     return (
         observed
         and int(status.get("updatedReplicas") or 0) >= desired
@@ -312,7 +326,7 @@ def service_status(
     external = service.spec.scaling.mode == ScalingMode.EXTERNAL
     infeasible = [p for p in pools if not p.feasible]
     no_nodes = [p for p in pools if p.reason == Reason.NO_MATCHING_NODES]
-    rolling = [p for p in planned if not rollout_done(p)]
+    rolling = [p for p in planned if not rollout_done(p, external)]
 
     feasible: _Verdict
     progressing: _Verdict

@@ -1,0 +1,140 @@
+"""Which services a watch event concerns: event -> keys for the work queue (#32).
+
+The Kopf handlers only translate an event into `(namespace, name)` keys with these functions and
+add them to the controller's queue; whether and when a key is reconciled is the queue's and the
+controller's business. Mapping rules:
+
+- a VLLMService event: the service itself (a deleted one too: its worker finds it gone and drops
+  everything the controller remembers about it);
+- an owned Deployment or LeaderWorkerSet: its controlling VLLMService (owner reference);
+- a pod of a multi-node group: its service (instance label), since a group's readiness is counted
+  from its pods;
+- a Node: every service that allows the node's GPU type, and only when something the planner or
+  the status reads changed (heartbeats change nothing and map to no key).
+
+Threading rule: `services_affected_by_node` is called from Kopf's event loop only (the node
+handler is async), so the node fingerprints have one writer; the GPU-type index is written by
+queue workers (`index`) and read here, both under `_guard`, and read from a snapshot.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from vllm_operator.api.groups import LWS_LABEL_NAME
+from vllm_operator.kube.gateway import Obj
+from vllm_operator.reconcile.inventory import canonical_label
+from vllm_operator.rendering.names import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
+
+Key = tuple[str, str]
+
+NODE_FIELDS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
+
+
+def owners_of(obj: Obj) -> list[Key]:
+    """The VLLMService(s) controlling an object, from its owner references."""
+    meta = obj.get("metadata") or {}
+    return [
+        (str(meta.get("namespace", "")), str(ref.get("name")))
+        for ref in meta.get("ownerReferences") or []
+        if ref.get("kind") == "VLLMService" and ref.get("controller")
+    ]
+
+
+def service_of_group_pod(pod: Obj) -> list[Key]:
+    """The service of a pod in a multi-node group (a LeaderWorkerSet pool); other pods: none.
+
+    Single-node pools need no pod trigger: their Deployment's status changes with its pods'
+    readiness. A LeaderWorkerSet's status lags its pods (#32), so its pods are watched directly.
+    """
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or LWS_LABEL_NAME not in labels:
+        return []
+    instance = labels.get(LABEL_INSTANCE)
+    return [(str(meta.get("namespace", "")), str(instance))] if instance else []
+
+
+def node_fingerprint(node: Obj, *, deleted: bool) -> tuple[Any, ...]:
+    """What of a node the planner and status read; equal fingerprints: nothing to re-plan."""
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = node.get("status") or {}
+    allocatable = status.get("allocatable") or {}
+    ready = next(
+        (c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"),
+        None,
+    )
+    annotations = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("serving.")
+    }
+    return (
+        tuple(labels.get(k) for k in NODE_FIELDS),
+        tuple(
+            sorted(
+                (k, v)
+                for k, v in allocatable.items()
+                if k.startswith("nvidia.com/") or k == "memory"  # memory: host-memory cap
+            )
+        ),
+        ready,
+        bool((node.get("spec") or {}).get("unschedulable")),
+        tuple(sorted(annotations.items())),
+        deleted,
+    )
+
+
+class Triggers:
+    """The state event mapping needs: each service's allowed GPU types, each node's last
+    fingerprint."""
+
+    def __init__(self, on_nodes_changed: Callable[[], object] = lambda: None) -> None:
+        self._on_nodes_changed = on_nodes_changed
+        self._gpu_index: dict[Key, frozenset[str]] = {}
+        self._node_fingerprints: dict[str, tuple[Any, ...]] = {}
+        self._guard = threading.Lock()
+
+    def index(self, key: Key, gpu_types: list[str]) -> None:
+        """A reconcile learnt which GPU types the service allows (for node events)."""
+        allowed = frozenset(canonical_label(g) for g in gpu_types)
+        with self._guard:
+            self._gpu_index[key] = allowed
+
+    def forget(self, key: Key) -> None:
+        with self._guard:
+            self._gpu_index.pop(key, None)
+
+    def services_affected_by_node(self, node: Obj, *, deleted: bool) -> list[Key]:
+        """Services to re-plan after a node event; heartbeats and unrelated nodes yield none."""
+        meta = node.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        labels = meta.get("labels") or {}
+        fingerprint = node_fingerprint(node, deleted=deleted)
+        with self._guard:
+            previous = self._node_fingerprints.get(name)
+            if deleted:
+                self._node_fingerprints.pop(name, None)
+            else:
+                self._node_fingerprints[name] = fingerprint
+            if previous == fingerprint:
+                return []
+            index = list(self._gpu_index.items())  # a snapshot: workers write the index
+        self._on_nodes_changed()
+        products = {labels.get("nvidia.com/gpu.product")}
+        if previous is not None:
+            products.add(previous[0][0])
+        wanted = {canonical_label(p) for p in products if p}
+        if not wanted:
+            return []
+        return sorted(k for k, allowed in index if allowed & wanted)
+
+
+__all__ = [
+    "NODE_FIELDS",
+    "Triggers",
+    "node_fingerprint",
+    "owners_of",
+    "service_of_group_pod",
+]

@@ -1,0 +1,86 @@
+"""The Kopf resource handlers only map events to service keys on the controller's queue (#32):
+they reconcile nothing themselves, and the first of them opens the watch cache's sync gate."""
+
+import asyncio
+from typing import Any, cast
+
+import kopf
+
+from tests.reconcile.test_controller import OfflineHub, cluster
+from vllm_operator.api.groups import LWS_LABEL_NAME
+from vllm_operator.handlers import registrations
+from vllm_operator.hub.resolver import HubArchitectureResolver
+from vllm_operator.kube.cache import WatchCache
+from vllm_operator.kube.gateway import Kind
+from vllm_operator.reconcile.controller import Controller
+from vllm_operator.rendering.names import common_labels
+
+# Kopf's decorators type the handlers as its callback protocols; they are plain functions.
+handlers: Any = registrations
+
+
+def setup() -> tuple[Controller, WatchCache, kopf.Memo, Any]:
+    gw = cluster()
+    ctl = Controller(gw, HubArchitectureResolver(gw, OfflineHub()))
+    cache = WatchCache()
+    return ctl, cache, kopf.Memo(controller=ctl, cache=cache), gw
+
+
+def owned(kind: str, name: str, owner: str) -> Any:
+    return kopf.Body(
+        cast(
+            Any,
+            {
+                "kind": kind,
+                "metadata": {
+                    "name": name,
+                    "namespace": "ml",
+                    "labels": common_labels(owner),
+                    "ownerReferences": [{"kind": "VLLMService", "name": owner, "controller": True}],
+                },
+            },
+        )
+    )
+
+
+def test_handlers_enqueue_keys_and_reconcile_nothing() -> None:
+    ctl, cache, memo, gw = setup()
+    assert not cache.synced_event.is_set()
+    asyncio.run(handlers.on_service(memo=memo, namespace="ml", name="chat"))
+    assert cache.synced_event.is_set()  # the first resource handler passed Kopf's index gate
+    asyncio.run(handlers.on_service(memo=memo, namespace="ml", name="chat"))
+    asyncio.run(handlers.on_owned_deployment(memo=memo, body=owned("Deployment", "x-l4", "other")))
+    group_pod = owned("Pod", "big-0-1", "big")
+    group_pod["metadata"]["labels"][LWS_LABEL_NAME] = "big-h100"
+    asyncio.run(handlers.on_pod(memo=memo, type="MODIFIED", body=group_pod))
+    single_pod = owned("Pod", "small-abc", "small")  # a Deployment's pod: its Deployment reports
+    asyncio.run(handlers.on_pod(memo=memo, type="MODIFIED", body=single_pod))
+    assert ctl.queue.ready() == [("ml", "chat"), ("ml", "other"), ("ml", "big")]
+    assert gw.total_writes() == 0 and gw.events == []
+
+
+def test_a_deleted_service_leaves_the_cache_and_is_enqueued_for_its_worker_to_forget() -> None:
+    ctl, cache, memo, _ = setup()
+    body = kopf.Body({"kind": "VLLMService", "metadata": {"name": "chat", "namespace": "ml"}})
+    asyncio.run(
+        handlers.on_service_event(memo=memo, type=None, namespace="ml", name="chat", body=body)
+    )
+    assert cache.lookup(Kind.VLLM_SERVICE, "ml", "chat")[1] is not None
+    asyncio.run(
+        handlers.on_service_event(memo=memo, type="DELETED", namespace="ml", name="chat", body=body)
+    )
+    assert cache.lookup(Kind.VLLM_SERVICE, "ml", "chat") == (True, None)
+    assert ctl.queue.ready() == [("ml", "chat")]
+
+
+def test_objects_a_relist_no_longer_returned_map_to_their_services() -> None:
+    ctl, _, memo, _ = setup()
+    keys = handlers._keys_of_gone
+    assert keys(memo, Kind.DEPLOYMENT, dict(owned("Deployment", "chat-l4", "chat"))) == [
+        ("ml", "chat")
+    ]
+    assert keys(memo, Kind.POD, dict(owned("Pod", "chat-l4-abc", "chat"))) == [("ml", "chat")]
+    service = {"metadata": {"name": "chat", "namespace": "ml"}}
+    assert keys(memo, Kind.VLLM_SERVICE, service) == [("ml", "chat")]
+    foreign = {"metadata": {"name": "web", "namespace": "ml"}}
+    assert keys(memo, Kind.DEPLOYMENT, foreign) == []
