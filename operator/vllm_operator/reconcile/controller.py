@@ -40,6 +40,8 @@ from vllm_operator.reconcile.failures import (
     one_line,
 )
 from vllm_operator.reconcile.inventory import GpuNodeGroup, canonical_label, group_gpu_nodes
+from vllm_operator.reconcile.placement import PlacementDecision
+from vllm_operator.reconcile.placement_inputs import place_replicas
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     PlanCache,
@@ -463,6 +465,10 @@ class Controller:
             observations=old_status.observations,
         )
         note = budget_note(service, budgets)
+        # placement.strategy Preferred (#29): each pool's share of the total.
+        placement = place_replicas(
+            self.gw, service, pools, nodes, old_status.placement, old_status.overrides, now
+        )
 
         desired_names: set[tuple[Kind, str]] = set()
         conflicts: list[str] = []
@@ -533,6 +539,9 @@ class Controller:
             return outcome
         status = service_status(service, old_status, pools, now, generation, note)
         status = name_conflict_status(status, conflicts, now, generation)
+        status = status.model_copy(update={"placement": placement and placement.status})
+        if placement is not None:
+            self._placed(service, placement, outcome)
         self._warn_conflicts(service, conflicts, outcome)
         self._write_status(body, old_status, status, outcome, service)
         self.pool_plans.set((namespace, name), [(p.gpu_type, p.feasible) for p in pools])
@@ -704,6 +713,20 @@ class Controller:
                 outcome,
             )
         return kept
+
+    def _placed(self, service: VLLMService, decision: PlacementDecision, outcome: Outcome) -> None:
+        """An Event per placement change; a later look when a time-based rule may fire (nothing
+        the controller watches changes when a Pending pod turns Unschedulable or another
+        workload's pods end), unless an earlier reconcile is already waiting."""
+        for reason, message in decision.events:
+            self._event(service, "Normal", reason, message, outcome)
+        key = (service.namespace, service.name)
+        if decision.recheck_seconds is not None and key not in self.scheduler.pending():
+            self.scheduler.call_later(
+                key,
+                decision.recheck_seconds,
+                lambda: self._reconcile_quietly(service.namespace, service.name),
+            )
 
     def _plans_applied(self, service: VLLMService, applied: list[str], outcome: Outcome) -> None:
         """One PlanApplied Event for every pool a reconcile applied (#21: one Event per service

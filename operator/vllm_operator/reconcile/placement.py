@@ -89,6 +89,10 @@ class PlacementDecision:
     desired: dict[str, int]
     status: PlacementStatus
     events: list[tuple[Reason, str]] = field(default_factory=list)
+    recheck_seconds: float | None = None
+    """When to decide again although nothing the controller watches may change (a Pending pod
+    turning Unschedulable, room held long enough, the dwell ending, another workload's pods going
+    away); None when placement is settled (nothing spilled, no move, nothing Pending)."""
 
 
 def _blocked(t: TypeState, now: datetime, spill_after: int) -> str:
@@ -274,7 +278,42 @@ def decide(inp: PlacementInput) -> PlacementDecision:  # noqa: C901 - the rules 
         rendered[surge] += 1
     status = _status(inp, order, desired, rendered, capacity, blocked, room_since, move)
     status = status.model_copy(update={"last_change": last_change})
-    return PlacementDecision(desired=rendered, status=status, events=events)
+    return PlacementDecision(
+        desired=rendered,
+        status=status,
+        events=events,
+        recheck_seconds=_recheck(inp, status, blocked, room_since, last_change),
+    )
+
+
+MIN_RECHECK_SECONDS = 5.0
+
+
+def _recheck(
+    inp: PlacementInput,
+    status: PlacementStatus,
+    blocked: dict[str, str],
+    room_since: dict[str, datetime | None],
+    last_change: datetime | None,
+) -> float | None:
+    hold = timedelta(seconds=inp.spill_after_seconds)
+    deadlines = [
+        t.unschedulable_since + hold
+        for t in inp.types
+        if t.unschedulable_since is not None and not blocked[t.gpu_type]
+    ]
+    deadlines += [since + hold for since in room_since.values() if since is not None]
+    unsettled = status.spilled > 0 or status.move is not None
+    if unsettled and last_change is not None:
+        deadlines.append(last_change + timedelta(seconds=inp.min_dwell_seconds))
+    waits = [(d - inp.now).total_seconds() for d in deadlines]
+    waits = [w for w in waits if w > 0]
+    if unsettled:
+        # Room returns without any event the controller watches (another workload's pods end).
+        waits.append(float(inp.spill_after_seconds))
+    if not waits and not deadlines:
+        return None
+    return max(MIN_RECHECK_SECONDS, min(waits, default=MIN_RECHECK_SECONDS))
 
 
 def _why_no_room(t: TypeState, blocked: str, capacity: int) -> str:
