@@ -297,3 +297,22 @@ def test_steady_capacity_settles_without_flapping_or_losing_ready_replicas(
         expected = min(left, cluster.slots[name])
         assert final[name] >= expected or name == order[-1]
         left -= final[name]
+
+
+def test_a_node_cordoned_mid_move_cancels_it_and_running_replicas_stay() -> None:
+    previous = _steady_spill()
+    h100 = state(H100, current=4, running=4, ready=4, room=1)
+    a100 = state(A100, current=2, running=2, ready=2, room=6)
+    status = run(6, [h100, a100], previous, now=T0 + timedelta(seconds=400))[1]
+    start = T0 + timedelta(seconds=461)
+    status = run(6, [h100, a100], status, now=start)[1]
+    assert status.move is not None
+    # The H100 node with room is cordoned before the new pod was bound: its room is gone.
+    cordoned = state(H100, current=5, running=4, ready=4, room=0, unavailable="")
+    desired, status, events = run(6, [cordoned, a100], status, now=start + timedelta(seconds=5))
+    assert desired == {H100: 4, A100: 2}
+    assert events == [Reason.REPLICA_MOVE_CANCELLED]
+    # Every H100 node cordoned: the four running replicas keep running there (no churn).
+    all_cordoned = state(H100, current=4, running=4, ready=4, room=3, unavailable="cordoned")
+    desired, _, events = run(6, [all_cordoned, a100], status, now=start + timedelta(seconds=10))
+    assert desired == {H100: 4, A100: 2} and not events

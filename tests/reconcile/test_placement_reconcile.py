@@ -190,3 +190,76 @@ def test_all_strategy_keeps_spec_replicas_in_every_pool_and_writes_no_placement(
     step(gw, ctl, clock)
     assert replicas(gw) == {"qwen-14b-a100-40gb": 2, "qwen-14b-h100-80gb": 2}
     assert "placement" not in status_of(gw, "qwen-14b")
+
+
+def test_type_states_read_room_running_ready_unschedulable_and_quota_from_objects() -> None:
+    """The inputs the decision gets: free GPUs of Ready, uncordoned nodes matching the
+    nodeSelector, minus every bound pod's requests; our pods by pool label."""
+    from vllm_operator.api.reasons import Reason
+    from vllm_operator.reconcile.placement_inputs import type_states
+    from vllm_operator.reconcile.pools import PoolOutcome
+
+    from .nodes import cordoned, not_ready
+
+    dep = {
+        "spec": {
+            "template": {
+                "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+            }
+        }
+    }
+    h100 = PoolOutcome(
+        gpu_type=H100, product=H100, feasible=True, reason=Reason.PLANNED, deployment=dep
+    )
+    a100 = PoolOutcome(gpu_type=A100, product=None, feasible=True, reason=Reason.NO_MATCHING_NODES)
+    nodes = [
+        gpu_node("h-0", H100, 8),
+        cordoned(gpu_node("h-1", H100, 8)),
+        not_ready(gpu_node("h-2", H100, 8)),
+        gpu_node("h-3", H100, 8),
+    ]
+    nodes[3]["metadata"]["labels"]["pool"] = "other"
+    requested = {"h-0": {"nvidia.com/gpu": 3}}
+
+    def pod(name: str, node: str | None, ready: bool = False, **status: Any) -> dict[str, Any]:
+        conditions = [{"type": "Ready", "status": "True"}] if ready else []
+        if status.get("unschedulable"):
+            conditions = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "lastTransitionTime": "2026-11-22T12:00:00Z",
+                }
+            ]
+        return {
+            "metadata": {"name": name, "labels": {"serving.vllm-operator.dev/pool": "h100-80gb"}},
+            "spec": {"nodeName": node} if node else {},
+            "status": {"phase": "Running" if node else "Pending", "conditions": conditions},
+        }
+
+    pods = [pod("a", "h-0", ready=True), pod("b", "h-2"), pod("c", None, unschedulable=True)]
+    live = {
+        "spec": {"replicas": 3},
+        "status": {
+            "conditions": [
+                {
+                    "type": "ReplicaFailure",
+                    "status": "True",
+                    "message": 'pods "x" is forbidden: exceeded quota: gpu',
+                }
+            ]
+        },
+    }
+    got_h100, got_a100 = type_states(
+        [h100, a100], nodes, requested, pods, {H100: live, A100: None}, {"pool": "gpu"}
+    )
+    # A nodeSelector no node matches leaves no room.
+    assert got_h100.room == 0
+    got_h100, _ = type_states([h100, a100], nodes, requested, pods, {H100: live}, {})
+    # h-1 cordoned and h-2 NotReady give none; h-0: (8 - 3) // 2, h-3: 8 // 2.
+    assert got_h100.room == 2 + 4
+    assert (got_h100.current, got_h100.running, got_h100.ready) == (3, 1, 1)
+    assert got_h100.unschedulable_since == NOW
+    assert got_h100.quota_refused
+    assert not got_a100.plannable and got_a100.room == 0
