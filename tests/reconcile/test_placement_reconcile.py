@@ -166,6 +166,8 @@ def test_full_h100_spills_to_a100_with_its_own_plan_and_one_replica_moves_back()
     a100_plan = next(p["plan"] for p in status["pools"] if p["gpuType"] == A100)
     h100_plan = next(p["plan"] for p in status["pools"] if p["gpuType"] == H100)
     assert a100_plan["hash"] != h100_plan["hash"]  # each type has its own plan
+    # Spilled: the service is looked at again (room returns without any watched change).
+    assert ("default", "qwen-14b") in ctl.scheduler.pending()
 
     # Training ends: room on H100. One replica moves back after the hysteresis: the H100
     # replica is added first, the A100 one removed only once the new one is Ready.
@@ -190,6 +192,7 @@ def test_all_strategy_keeps_spec_replicas_in_every_pool_and_writes_no_placement(
     step(gw, ctl, clock)
     assert replicas(gw) == {"qwen-14b-a100-40gb": 2, "qwen-14b-h100-80gb": 2}
     assert "placement" not in status_of(gw, "qwen-14b")
+    assert ctl.scheduler.pending() == {}
 
 
 def test_type_states_read_room_running_ready_unschedulable_and_quota_from_objects() -> None:

@@ -717,11 +717,15 @@ class Controller:
     def _placed(self, service: VLLMService, decision: PlacementDecision, outcome: Outcome) -> None:
         """An Event per placement change; a later look when a time-based rule may fire (nothing
         the controller watches changes when a Pending pod turns Unschedulable or another
-        workload's pods end), unless an earlier reconcile is already waiting."""
+        workload's pods end), unless a reconcile is already waiting to run sooner (every
+        pending action of a service is a reconcile, so an earlier one is replaced harmlessly)."""
         for reason, message in decision.events:
             self._event(service, "Normal", reason, message, outcome)
         key = (service.namespace, service.name)
-        if decision.recheck_seconds is not None and key not in self.scheduler.pending():
+        if decision.recheck_seconds is None:
+            return
+        waiting = self.scheduler.pending().get(key)
+        if waiting is None or waiting > self._monotonic() + decision.recheck_seconds:
             self.scheduler.call_later(
                 key,
                 decision.recheck_seconds,
