@@ -223,15 +223,16 @@ capacities = st.lists(st.integers(0, 6), min_size=3, max_size=3)
 
 @settings(max_examples=150, deadline=None)
 @given(total=st.integers(0, 8), phases=st.lists(capacities, min_size=1, max_size=4))
-def test_total_is_preserved_and_ready_never_drops_whatever_the_capacities_do(
+def test_total_kept_ready_never_dropped_and_moves_dwell_apart_whatever_the_capacities(
     total: int, phases: list[list[int]]
 ) -> None:
     cluster = Cluster(slots=dict(zip((H100, A100, L40S), phases[0], strict=True)))
     previous: PlacementStatus | None = None
     now = T0
+    starts: list[datetime] = []
     for phase in phases:
         cluster.slots = dict(zip((H100, A100, L40S), phase, strict=True))
-        for _ in range(12):
+        for _ in range(20):
             current = {t.gpu_type: t.desired for t in previous.types} if previous else {}
             decision = decide(
                 PlacementInput(
@@ -252,8 +253,12 @@ def test_total_is_preserved_and_ready_never_drops_whatever_the_capacities_do(
             # The simulated nodes never lose a running pod: a drop could only be ours (the
             # surge of a move back ending is no drop below the total).
             assert sum(cluster.ready.values()) >= min(ready_before, total)
+            if Reason.REPLICA_MOVING_BACK in [r for r, _ in decision.events]:
+                starts.append(now)
             previous = decision.status
-            now += timedelta(seconds=40)
+            now += timedelta(seconds=20)
+    # No flapping: moves of running replicas start at least minDwellSeconds apart.
+    assert all(b - a >= timedelta(seconds=120) for a, b in zip(starts, starts[1:], strict=False))
 
 
 @settings(max_examples=100, deadline=None)
