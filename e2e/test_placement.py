@@ -17,7 +17,7 @@ from e2e.kube import Kube, wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.test_controller import deployments, example, svc_path, wait_condition
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("crd", "gpu_nodes")]
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-40GB"
