@@ -270,6 +270,36 @@ CASES: list[Case] = [
         _both(_set("spec.scaling", {"mode": "operator"}), _set("spec.remediation.maxReplicas", 4)),
         None,
     ),
+    # placement.strategy Preferred (#29): the operator splits the total, one node per replica
+    Case(
+        "preferred-with-max-replicas",
+        _both(
+            _set("spec.placement.strategy", "Preferred"), _set("spec.remediation.maxReplicas", 4)
+        ),
+        None,
+    ),
+    Case(
+        "preferred-with-external-scaling",
+        _both(_set("spec.placement.strategy", "Preferred"), _set("spec.scaling.mode", "external")),
+        "spec.placement.strategy",
+    ),
+    Case(
+        "preferred-multi-node",
+        _both(
+            _set("spec.placement.strategy", "Preferred"),
+            _set("spec.placement.maxNodesPerReplica", 2),
+        ),
+        "spec.placement.strategy",
+    ),
+    Case(
+        "strategy-unknown", _set("spec.placement.strategy", "Cheapest"), "spec.placement.strategy"
+    ),
+    Case(
+        "spill-after-too-short",
+        _set("spec.placement.spillAfterSeconds", 5),
+        "spec.placement.spillAfterSeconds",
+    ),
+    Case("external-all-default", _set("spec.scaling.mode", "external"), None),
     # model names
     Case("model-name-newline", _set("spec.model.name", "org/model\nx"), "spec.model.name"),
     Case("model-name-nul", _set("spec.model.name", "org/model\x00"), "spec.model.name"),

@@ -15,10 +15,13 @@
 --   Degraded=True  (PoolsUnavailable, Crashing, StartupStalled,
 --     UnrecognizedArguments, a memory crash nobody acts on, ...)  -> Degraded
 --   Progressing=False reason NoMatchingNodes                     -> Degraded   (no node of an allowed GPU type;
---                                                                   re-planned automatically when one appears)
+--                                                                   re-planned automatically when one appears),
+--                                                                   unless placement.strategy Preferred is Ready
+--                                                                   (the replicas spilled to another type)
 --   MemoryPressure=True, remediation mode auto                   -> Progressing (the operator is acting)
 --   MemoryPressure=True, remediation mode recommend/off          -> Degraded   (nobody acts unless a human does)
---   Ready=True                                                   -> Healthy
+--   Ready=True                                                   -> Healthy (spilled replicas of placement.strategy
+--                                                                   Preferred are named in the message)
 --   otherwise (RollingOut, PodsNotReady, AwaitingNodes)          -> Progressing
 -- The remediation mode alone never makes a service Suspended: recommend/off only decide who acts
 -- on memory pressure, the service still serves traffic.
@@ -87,6 +90,10 @@ local degraded = condition(conditions, "Degraded")
 local progressing = condition(conditions, "Progressing")
 local pressure = condition(conditions, "MemoryPressure")
 local ready = condition(conditions, "Ready")
+local is_ready = ready ~= nil and ready.status == "True"
+-- placement.strategy Preferred: replicas serving on a less preferred GPU type are by design.
+local preferred = (spec.placement or {}).strategy == "Preferred"
+local placement = status.placement or {}
 
 if feasible ~= nil and feasible.status == "False" then
   hs.status = "Degraded"
@@ -110,7 +117,8 @@ if degraded ~= nil and degraded.status == "True" then
   hs.message = describe(degraded, "Degraded")
   return hs
 end
-if progressing ~= nil and progressing.status == "False" and progressing.reason == "NoMatchingNodes" then
+if progressing ~= nil and progressing.status == "False" and progressing.reason == "NoMatchingNodes"
+  and not (preferred and is_ready) then
   hs.status = "Degraded"
   hs.message = describe(progressing, "NoMatchingNodes")
   return hs
@@ -126,9 +134,13 @@ if pressure ~= nil and pressure.status == "True" then
   end
   return hs
 end
-if ready ~= nil and ready.status == "True" then
+if is_ready then
   hs.status = "Healthy"
   hs.message = describe(ready, "Ready")
+  if preferred and (placement.spilled or 0) > 0 then
+    hs.message = hs.message .. "; " .. tostring(placement.spilled)
+      .. " replica(s) spilled to a less preferred GPU type: " .. tostring(placement.summary)
+  end
   return hs
 end
 

@@ -66,7 +66,15 @@ def test_names_subresource_and_printer_columns() -> None:
     version = crd["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Model", "GPU pools", "Ready", "P99 context", "Concurrency", "Age"]
+    assert columns == [
+        "Model",
+        "GPU pools",
+        "Ready",
+        "Placement",
+        "P99 context",
+        "Concurrency",
+        "Age",
+    ]
 
 
 def test_cross_field_rules_are_cel() -> None:

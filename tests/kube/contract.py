@@ -467,3 +467,35 @@ class GatewayContract:
         assert live is not None and live["spec"]["replicas"] == 3
         assert needs_apply(desired, live)
         assert gw.apply(desired)["spec"]["replicas"] == 1
+
+    def test_gpu_requests_by_node_count_bound_pods_that_have_not_ended(
+        self, harness: GatewayHarness
+    ) -> None:
+        """#29: what placement subtracts from allocatable: the GPU requests of the pods bound to
+        a node (by name, as the scheduler binds them), summed per node."""
+        ns = harness.namespace
+        node = f"contract-{ns}"
+
+        def pod(name: str, node_name: str | None, gpus: int) -> Obj:
+            spec: Obj = {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": IMAGE,
+                        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                    }
+                ]
+            }
+            if node_name:
+                spec["nodeName"] = node_name
+            return {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
+                "spec": spec,
+            }
+
+        harness.add_service(pod("bound-a", node, 2))
+        harness.add_service(pod("bound-b", node, 3))
+        harness.add_service(pod("unbound", None, 4))
+        assert harness.gateway.gpu_requests_by_node().get(node) == {"nvidia.com/gpu": 5}

@@ -52,6 +52,10 @@ class ReadCounter:
         self.reads["list:VLLMService"] += 1
         return self.inner.list_services(namespace)
 
+    def gpu_requests_by_node(self) -> dict[str, dict[str, int]]:
+        self.reads["list:BoundPods"] += 1
+        return self.inner.gpu_requests_by_node()
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         self.reads["get:Secret"] += 1
         return self.inner.read_secret_key(namespace, name, key)
@@ -365,3 +369,78 @@ def test_the_initial_listing_drops_nothing_it_returned() -> None:
     clock.now = 10
     assert cache.end_lists() == []
     assert cache.lookup(Kind.DEPLOYMENT, "ns", "a")[1] is not None
+
+
+# -- the placement inventory (#29): GPUs requested per node, every pod's ---------------------------
+
+
+def gpu_pod(
+    name: str,
+    node: str | None,
+    gpus: int,
+    *,
+    namespace: str = "other",
+    phase: str = "Running",
+    rv: str = "1",
+    labels: dict[str, str] | None = None,
+) -> Obj:
+    spec: Obj = {
+        "containers": [
+            {"name": "a", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}},
+            {"name": "b", "resources": {"requests": {"cpu": "1"}}},
+        ],
+        "initContainers": [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "resourceVersion": rv,
+            "labels": labels or {"app": "training"},
+        },
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def test_gpu_requests_count_every_bound_pod_that_has_not_ended() -> None:
+    cache = synced(
+        (Kind.POD, gpu_pod("train", "n1", 4)),
+        (Kind.POD, gpu_pod("ours", "n1", 2, namespace="ns", labels=MANAGED)),
+        (Kind.POD, gpu_pod("pending", None, 8)),
+        (Kind.POD, gpu_pod("done", "n2", 8, phase="Succeeded")),
+        (Kind.POD, gpu_pod("n2-job", "n2", 1)),
+    )
+    assert cache.gpu_requests_by_node() == {
+        "n1": {"nvidia.com/gpu": 6},
+        "n2": {"nvidia.com/gpu": 1},
+    }
+    # Bound later, then deleted: the claim follows the pod.
+    cache.observe(Kind.POD, "MODIFIED", gpu_pod("pending", "n2", 8, rv="2"))
+    assert cache.gpu_requests_by_node() == {
+        "n1": {"nvidia.com/gpu": 6},
+        "n2": {"nvidia.com/gpu": 9},
+    }
+    cache.observe(Kind.POD, "DELETED", gpu_pod("train", "n1", 4, rv="3"))
+    assert cache.gpu_requests_by_node() == {
+        "n1": {"nvidia.com/gpu": 2},
+        "n2": {"nvidia.com/gpu": 9},
+    }
+
+
+def test_gpu_requests_go_to_the_api_before_the_sync_and_with_a_namespace_restricted_watch() -> None:
+    fake = FakeGateway()
+    fake.add(gpu_pod("train", "n1", 4))
+    counter = ReadCounter(fake)
+    restricted = WatchCache(namespaces=["ns"])
+    restricted.mark_synced()
+    for cache in (WatchCache(), restricted):
+        assert CachedGateway(counter, cache).gpu_requests_by_node() == {"n1": {"nvidia.com/gpu": 4}}
+    assert counter.reads["list:BoundPods"] == 2
+    full = synced((Kind.POD, gpu_pod("train", "n1", 4)))
+    assert CachedGateway(counter, full).gpu_requests_by_node() == {"n1": {"nvidia.com/gpu": 4}}
+    assert counter.reads["list:BoundPods"] == 2

@@ -229,3 +229,16 @@ def test_leader_worker_set_health(obj: dict[str, Any], expected: str, words: str
 def test_argocd_cm_embeds_the_leader_worker_set_lua_verbatim() -> None:
     data = yaml.safe_load(ARGOCD_CM.read_text())["data"]
     assert data[LWS_HEALTH_KEY] == LWS_SCRIPT.read_text()
+
+
+def test_preferred_without_nodes_of_a_type_but_ready_is_healthy_and_all_is_degraded() -> None:
+    """#29: under placement.strategy Preferred a type without nodes is what spilling is for."""
+    case = yaml.safe_load((FIXTURES[0].parent / "healthy-spilled.yaml").read_text())
+    obj = case["object"]
+    for c in obj["status"]["conditions"]:
+        if c["type"] == "Progressing":
+            c.update(status="False", reason="NoMatchingNodes", message="no H100 node")
+    got = health(obj)
+    assert got["status"] == "Healthy" and "spilled" in got["message"], got
+    obj["spec"]["placement"]["strategy"] = "All"
+    assert health(obj)["status"] == "Degraded"

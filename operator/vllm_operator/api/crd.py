@@ -31,6 +31,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
     {"name": "GPU pools", "type": "string", "jsonPath": ".status.gpuPools"},
     {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
+    {"name": "Placement", "type": "string", "jsonPath": ".status.placement.summary"},
     {"name": "P99 context", "type": "integer", "jsonPath": ".spec.workload.p99ContextTokens"},
     {"name": "Concurrency", "type": "integer", "jsonPath": ".spec.workload.concurrency"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -231,6 +231,31 @@ class Reason(StrEnum):
         "ProbeBudgetIgnored",
         "Event on a Node: its probe budget annotation is stale, malformed or inconsistent.",
     )
+    # Placement (placement.strategy Preferred, #29): Events only
+    REPLICAS_SPILLED = (
+        "ReplicasSpilled",
+        "Event: replicas that a GPU type cannot take (no room, Unschedulable, cordoned or "
+        "NotReady nodes, a quota refusal) were placed on the next type with room, planned for it.",
+    )
+    REPLICA_MOVING_BACK = (
+        "ReplicaMovingBack",
+        "Event: a more preferred type has had room long enough; one replica was added there and "
+        "the spilled one is drained once it is Ready.",
+    )
+    REPLICA_MOVED_BACK = (
+        "ReplicaMovedBack",
+        "Event: the replica added on the preferred type is Ready; one spilled replica was removed.",
+    )
+    REPLICA_MOVE_CANCELLED = (
+        "ReplicaMoveCancelled",
+        "Event: the replica added on the preferred type could not be scheduled (or the room "
+        "went); it was removed and the spilled replica kept.",
+    )
+    PLACEMENT_SCALED = (
+        "PlacementScaled",
+        "Event: the total changed (spec.replicas or scale-out); replicas were added on the most "
+        "preferred type with room, or removed from the least preferred first.",
+    )
 
 
 def reasons_table() -> str:

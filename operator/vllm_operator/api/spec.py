@@ -561,6 +561,13 @@ class Toleration(ApiModel):
         return self
 
 
+class PlacementStrategy(StrEnum):
+    """How spec.replicas is spread over the GPU types of spec.placement.gpuTypes (#29)."""
+
+    ALL = "All"
+    PREFERRED = "Preferred"
+
+
 class PlacementSpec(ApiModel):
     """Which GPUs may serve the model."""
 
@@ -581,6 +588,32 @@ class PlacementSpec(ApiModel):
                 )
             ],
         },
+    )
+    strategy: PlacementStrategy = Field(
+        default=PlacementStrategy.ALL,
+        description="All (the default): one pool per listed type present in the cluster, each "
+        "running spec.replicas. Preferred: gpuTypes in order of preference and spec.replicas is "
+        "the total across pools; replicas go to the most preferred type with room, spill to "
+        "the next type (planned for it) when it has none, and move back one at a time when "
+        "room returns. Preferred needs scaling.mode operator and maxNodesPerReplica 1. See "
+        "docs/operations.md, GPU-type preference.",
+    )
+    spill_after_seconds: int = Field(
+        default=120,
+        ge=10,
+        le=3600,
+        alias="spillAfterSeconds",
+        description="Preferred only: how long a pod may stay Pending as Unschedulable before "
+        "its replica spills to the next type, and how long room must be seen on a more "
+        "preferred type before a replica moves back. Defaults to 120.",
+    )
+    min_dwell_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=86400,
+        alias="minDwellSeconds",
+        description="Preferred only: the least time between two placement changes that move a "
+        "running replica (a move back), so placement never flaps. Defaults to 300.",
     )
     node_selector: dict[
         Annotated[str, StringConstraints(pattern=QUALIFIED_NAME_PATTERN)],
@@ -877,6 +910,22 @@ class VLLMServiceSpec(ApiModel):
                     ".remediation.maxReplicas",
                 ),
                 _cel(
+                    "!has(self.placement.strategy) || self.placement.strategy != 'Preferred' || "
+                    "!has(self.scaling) || !has(self.scaling.mode) || "
+                    "self.scaling.mode != 'external'",
+                    "placement.strategy Preferred needs scaling.mode operator: the operator "
+                    "splits spec.replicas across the pools",
+                    ".placement.strategy",
+                ),
+                _cel(
+                    "!has(self.placement.strategy) || self.placement.strategy != 'Preferred' || "
+                    "!has(self.placement.maxNodesPerReplica) || "
+                    "self.placement.maxNodesPerReplica == 1",
+                    "placement.strategy Preferred needs maxNodesPerReplica 1 (multi-node pools "
+                    "are not spilled)",
+                    ".placement.strategy",
+                ),
+                _cel(
                     "!has(self.vllm.extraArgs) || !('--served-model-name' in self.vllm.extraArgs) "
                     "|| !has(self.model.source) || !has(self.model.source.pvc)",
                     "--served-model-name cannot be set in extraArgs with a pvc source: the "
@@ -897,6 +946,7 @@ class VLLMServiceSpec(ApiModel):
         le=1000,
         description="Replicas in EACH GPU pool (one pool per allowed GPU type present in the "
         "cluster), so capacity grows with the pools; 0 scales every pool down. Defaults to 1. "
+        "With placement.strategy Preferred, the total across the pools. "
         "With scaling.mode external, only the count a new pool starts with.",
     )
     scaling: ScalingSpec = Field(
@@ -933,6 +983,19 @@ class VLLMServiceSpec(ApiModel):
                 "maxReplicas cannot be set with scaling.mode external: the autoscaler owns "
                 "replicas",
             )
+        if self.placement.strategy == PlacementStrategy.PREFERRED:
+            if self.scaling.mode == ScalingMode.EXTERNAL:
+                raise FieldProblem(
+                    "placement.strategy",
+                    "placement.strategy Preferred needs scaling.mode operator: the operator "
+                    "splits spec.replicas across the pools",
+                )
+            if self.placement.max_nodes_per_replica != 1:
+                raise FieldProblem(
+                    "placement.strategy",
+                    "placement.strategy Preferred needs maxNodesPerReplica 1 (multi-node pools "
+                    "are not spilled)",
+                )
         if "--served-model-name" in self.vllm.extra_args and self.model.source.pvc is not None:
             raise FieldProblem(
                 "vllm.extraArgs",

@@ -378,6 +378,70 @@ class HistoryEntry(ApiModel):
     )
 
 
+class PlacementTypeStatus(ApiModel):
+    """One GPU type under placement.strategy Preferred: its share of the total and why (#29)."""
+
+    gpu_type: str = Field(description="The spec's gpuTypes entry (GPU product label or alias).")
+    rank: int = Field(ge=0, description="Position in spec.placement.gpuTypes: 0 is preferred.")
+    desired: int = Field(default=0, ge=0, description="Replicas the operator placed on this type.")
+    ready: int = Field(default=0, ge=0, description="Of those, replicas passing readiness.")
+    capacity: int = Field(
+        default=0,
+        ge=0,
+        description="Replicas this type could hold now (running ones plus what the free "
+        "allocatable GPUs of its schedulable nodes take).",
+    )
+    reason: str = Field(
+        description="Why the replicas are here: Preferred, Spilled (a more preferred type has "
+        "no room), NoRoom, Unavailable, Unschedulable, QuotaExceeded, Unplanned."
+    )
+    message: str = Field(default="", description="The numbers behind the reason.")
+    room_since: datetime | None = Field(
+        default=None,
+        description="Since when this type has had room for another replica, continuously "
+        "(hysteresis for moves back).",
+    )
+    blocked_since: datetime | None = Field(
+        default=None,
+        description="Since when pods of this type have been Unschedulable or refused by quota.",
+    )
+
+
+class PlacementMove(ApiModel):
+    """A replica moving back to a more preferred type: started there before drained here."""
+
+    from_type: str = Field(alias="from", description="The spilled type that gives a replica.")
+    to_type: str = Field(alias="to", description="The more preferred type that takes it.")
+    since: datetime = Field(description="When the replica on the preferred type was added.")
+
+
+class PlacementStatus(ApiModel):
+    """How spec.replicas is split across GPU types (placement.strategy Preferred)."""
+
+    total: int = Field(default=0, ge=0, description="Replicas to serve across every type.")
+    spilled: int = Field(
+        default=0, ge=0, description="Replicas placed on a type other than the most preferred."
+    )
+    summary: str = Field(
+        default="", description="The split for kubectl, e.g. H100-80GBx4,A100-80GBx2 (2 spilled)."
+    )
+    types: list[PlacementTypeStatus] = Field(
+        default_factory=list,
+        description="One entry per spec.placement.gpuTypes entry, in order of preference.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["gpuType"],
+        },
+    )
+    move: PlacementMove | None = Field(
+        default=None, description="The move back in progress (at most one per service)."
+    )
+    last_change: datetime | None = Field(
+        default=None,
+        description="When a running replica last moved (minDwellSeconds counts from here).",
+    )
+
+
 class VLLMServiceStatus(ApiModel):
     """Observed state of a VLLMService."""
 
@@ -406,6 +470,10 @@ class VLLMServiceStatus(ApiModel):
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["gpuType"],
         },
+    )
+    placement: PlacementStatus | None = Field(
+        default=None,
+        description="The split of spec.replicas across GPU types (placement.strategy Preferred).",
     )
     overrides: list[Override] = Field(
         default_factory=list, description="Remediation overrides in force, rendered into the pools."

@@ -63,6 +63,7 @@ from vllm_operator.kube.gateway import (
     KubeGateway,
     Obj,
 )
+from vllm_operator.kube.pods import add_claims, gpu_claim
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +197,9 @@ class WatchCache:
         self._foreign: dict[Kind, dict[Key, int | None]] = {k: {} for k in CACHED_KINDS}
         self._tombstones: dict[tuple[Kind, Key], int | None] = {}
         self._stale: set[tuple[Kind, Key]] = set()
+        # Every watched pod's (node, GPUs) while it is bound and not ended, ours or not
+        # (kube/pods.py): the placement inventory without a list of all pods (#29).
+        self._gpu_claims: dict[Key, tuple[str, dict[str, int]]] = {}
         self._synced = False
         self._synced_event = threading.Event()
         self._listings: dict[Kind, _Listing] = {}
@@ -223,6 +227,12 @@ class WatchCache:
             self._tombstones.pop((kind, key), None)
             self._stale.discard((kind, key))
             self._seen[(kind, key)] = self._clock()
+            if kind is Kind.POD:
+                claim = gpu_claim(obj)
+                if claim is None:
+                    self._gpu_claims.pop(key, None)
+                else:
+                    self._gpu_claims[key] = claim
             labels = (obj.get("metadata") or {}).get("labels") or {}
             if kind in LABELLED_KINDS and labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
                 self._drop(kind, key)
@@ -258,6 +268,8 @@ class WatchCache:
             self._drop(kind, key)
             self._foreign[kind].pop(key, None)
             self._seen.pop((kind, key), None)
+            if kind is Kind.POD:
+                self._gpu_claims.pop(key, None)
             if len(self._tombstones) >= _TOMBSTONES_MAX:
                 self._tombstones.pop(next(iter(self._tombstones)))
             self._tombstones[(kind, key)] = rv
@@ -411,6 +423,21 @@ class WatchCache:
                 return None
         return [entry.decode() for _, entry in sorted(selected, key=lambda ke: ke[0])]
 
+    def gpu_requests_by_node(self) -> dict[str, dict[str, int]] | None:
+        """GPUs requested per node by every watched pod that holds them; None when the cache
+        cannot answer (not synced, or a namespace-restricted watch that misses other pods). A
+        claim not confirmed within the TTL is left out, like an expired entry."""
+        if not self._synced or self.namespaces:
+            return None
+        now = self._clock()
+        with self._guard:
+            claims = [
+                claim
+                for key, claim in self._gpu_claims.items()
+                if not self._expired(Kind.POD, key, now)
+            ]
+        return add_claims(claims, {})
+
     def all_of(self, kind: Kind) -> list[Obj] | None:
         """Copies of every cached object of a kind (nodes); None when not synced."""
         if not self._synced:
@@ -469,6 +496,10 @@ class CachedGateway:
         return self._refreshed(
             Kind.POD, namespace, selector, self.inner.list_pods(namespace, selector)
         )
+
+    def gpu_requests_by_node(self) -> dict[str, dict[str, int]]:
+        found = self.cache.gpu_requests_by_node()
+        return found if found is not None else self.inner.gpu_requests_by_node()
 
     def _refreshed(
         self, kind: Kind, namespace: str, selector: dict[str, str], listed: list[Obj]

@@ -36,6 +36,7 @@ from vllm_operator.kube.gateway import (
     UnavailableError,
     require_kind,
 )
+from vllm_operator.kube.pods import add_claims, gpu_claim
 
 log = logging.getLogger(__name__)
 
@@ -267,6 +268,19 @@ class ApiGateway:
             raise _wrap(exc, f"list VLLMService in {namespace or 'all namespaces'}") from exc
         items: list[Obj] = self._raw(raw)["items"]
         return items
+
+    def gpu_requests_by_node(self) -> dict[str, dict[str, int]]:
+        # Field-selective, label-independent: only pods bound to a node and not ended (what
+        # holds GPUs). Reached only without the watch cache (before its first sync, or with a
+        # namespace-restricted watch); the operator's ClusterRole already lists pods.
+        try:
+            raw = self.core.list_pod_for_all_namespaces(
+                field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            raise _wrap(exc, "list bound pods") from exc
+        return add_claims((gpu_claim(p) for p in self._raw(raw)["items"]), {})
 
     def apply(self, obj: Obj) -> Obj:
         return self._apply(obj, FIELD_MANAGER, force=True)

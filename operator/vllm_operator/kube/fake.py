@@ -38,6 +38,7 @@ from vllm_operator.kube.gateway import (
     Obj,
     require_kind,
 )
+from vllm_operator.kube.pods import add_claims, gpu_claim
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
@@ -372,6 +373,10 @@ class FakeGateway:
             for (k, ns, _), o in sorted(self.objects.items())
             if k == Kind.VLLM_SERVICE and namespace in (None, ns)
         ]
+
+    def gpu_requests_by_node(self) -> dict[str, dict[str, int]]:
+        pods = [o for (k, _, _), o in sorted(self.objects.items()) if k is Kind.POD]
+        return add_claims((gpu_claim(p) for p in pods), {})
 
     def apply(self, obj: Obj) -> Obj:
         kind = Kind(obj["kind"])

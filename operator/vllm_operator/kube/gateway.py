@@ -130,6 +130,13 @@ class KubeGateway(Protocol):
         included: the fleet's measurements (status.observations) are shared across services."""
         ...
 
+    def gpu_requests_by_node(self) -> dict[str, dict[str, int]]:
+        """GPUs (`nvidia.com/*` resources) requested by the pods bound to each node that have not
+        ended, every namespace and owner (kube/pods.py counts them as the scheduler does): what
+        placement.strategy Preferred subtracts from allocatable. The watch cache answers it from
+        the pod watch the operator already runs; without it, one list of bound pods."""
+        ...
+
     def apply(self, obj: Obj) -> Obj:
         """Server-side apply of an APPLIED_KINDS object with the operator's field manager (force: we
         own these fields). An invalid name or label is a GatewayError with status 422."""

@@ -560,6 +560,10 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
     "spec.placement.tolerations.tolerationSeconds": _SCHEMA,
     "spec.placement.maxGPUsPerReplica": ("schema", "override-layout", "override-memory"),
     "spec.placement.maxNodesPerReplica": ("schema", "override-layout", "multi-node-flags"),
+    # Preferred with scaling.mode external / multi-node pools: CEL + pydantic (api/spec.py)
+    "spec.placement.strategy": _SCHEMA,
+    "spec.placement.spillAfterSeconds": _SCHEMA,
+    "spec.placement.minDwellSeconds": _SCHEMA,
     "spec.replicas": _SCHEMA,
     "spec.scaling": _SCHEMA,
     "spec.scaling.mode": _SCHEMA,

@@ -57,6 +57,8 @@ from vllm_operator.reconcile.failures import (
 )
 from vllm_operator.reconcile.inventory import GpuNodeGroup, canonical_label, group_gpu_nodes
 from vllm_operator.reconcile.observed import fleet_members, fleet_observations
+from vllm_operator.reconcile.placement import PlacementDecision
+from vllm_operator.reconcile.placement_inputs import place_replicas
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     PlanCache,
@@ -211,6 +213,12 @@ class Controller:
                 outcome = self.reconcile(namespace, name)
         outcome.requeue_after = self._schedule(key)
         return outcome
+
+    def wanted_at(self, key: Key) -> float | None:
+        """When a reconcile of `key` is next wanted (monotonic seconds), None if none is: what
+        a time-based rule (settle, backoff, placement recheck) asked for; tests and debugging."""
+        with self._wanted_guard:
+            return self._wanted.get(key)
 
     def _want(self, key: Key, at: float) -> None:
         """A reconcile of `key` is wanted at `at` (the earliest of all wishes counts)."""
@@ -496,6 +504,10 @@ class Controller:
             observations=self._fleet_observations(service, old_status.observations),
         )
         note = budget_note(service, budgets)
+        # placement.strategy Preferred (#29): each pool's share of the total.
+        placement = place_replicas(
+            self.gw, service, pools, nodes, old_status.placement, old_status.overrides, now
+        )
 
         desired_names: set[tuple[Kind, str]] = set()
         conflicts: list[str] = []
@@ -565,6 +577,9 @@ class Controller:
             return outcome
         status = service_status(service, old_status, pools, now, generation, note)
         status = name_conflict_status(status, conflicts, now, generation)
+        status = status.model_copy(update={"placement": placement and placement.status})
+        if placement is not None:
+            self._placed(service, placement, outcome)
         self._warn_conflicts(service, conflicts, outcome)
         self._write_status(body, old_status, status, outcome, service)
         self.pool_plans.set((namespace, name), [(p.gpu_type, p.feasible) for p in pools])
@@ -795,6 +810,17 @@ class Controller:
                 outcome,
             )
         return kept
+
+    def _placed(self, service: VLLMService, decision: PlacementDecision, outcome: Outcome) -> None:
+        """An Event per placement change; a later look when a time-based rule may fire (nothing
+        the controller watches changes when a Pending pod turns Unschedulable or another
+        workload's pods end): a wanted reconcile at that time on the work queue (the earliest
+        wish of a key counts, so an earlier pending one is kept)."""
+        for reason, message in decision.events:
+            self._event(service, "Normal", reason, message, outcome)
+        if decision.recheck_seconds is not None:
+            key = (service.namespace, service.name)
+            self._want(key, self._monotonic() + decision.recheck_seconds)
 
     def _plans_applied(self, service: VLLMService, applied: list[str], outcome: Outcome) -> None:
         """One PlanApplied Event for every pool a reconcile applied (#21: one Event per service

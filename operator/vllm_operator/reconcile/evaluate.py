@@ -201,6 +201,13 @@ class Evaluator:
         names = _pod_names(pods_by_pool)
         metrics = self._metrics(service, names, now)
         self._finish_drains(service, pods_by_pool, metrics, now)
+        # Under placement.strategy Preferred a scale-out grows the total, placed on the most
+        # preferred type with room (reconcile/placement.py): each pool sees the total.
+        total = (
+            status.placement.total
+            if status.placement is not None and service.spec.placement.strategy == "Preferred"
+            else None
+        )
         observations = Observations(
             metrics_available=metrics.available,
             metrics_message=metrics.message,
@@ -208,7 +215,9 @@ class Evaluator:
             pools=[
                 PoolObservation(
                     pool=pool,
-                    replicas=next((p.replicas for p in status.pools if p.gpu_type == pool), 0),
+                    replicas=total
+                    if total is not None
+                    else next((p.replicas for p in status.pools if p.gpu_type == pool), 0),
                     # A multi-node replica (LeaderWorkerSet group) is observed as one pod.
                     pods=[
                         observe_pod(

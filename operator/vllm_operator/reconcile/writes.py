@@ -60,6 +60,10 @@ class CountingGateway:
         self._read("list:VLLMService")
         return self.inner.list_services(namespace)
 
+    def gpu_requests_by_node(self) -> dict[str, dict[str, int]]:
+        self._read("list:Pod")
+        return self.inner.gpu_requests_by_node()
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         self._read("get:Secret")
         return self.inner.read_secret_key(namespace, name, key)
