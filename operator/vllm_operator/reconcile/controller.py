@@ -28,6 +28,7 @@ from vllm_operator.kube.gateway import (
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.admission import BoundedResolver, Verdict, review
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
+from vllm_operator.reconcile.canary import gate as canary_gate
 from vllm_operator.reconcile.diff import needs_apply
 from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
 from vllm_operator.reconcile.failures import (
@@ -83,6 +84,8 @@ class Outcome:
     deleted: list[str] = field(default_factory=list)
     status_written: bool = False
     events: list[str] = field(default_factory=list)
+    requeue_after: float | None = None
+    """Seconds after which the service wants another reconcile (a canary being watched)."""
 
 
 def _utcnow() -> datetime:
@@ -480,6 +483,14 @@ class Controller:
                     conflicts.append(f"{kind} {namespace}/{pool.deployment['metadata']['name']}")
                     pool.deployment_name = None
                     continue
+                # A new plan of a running pool is tried on one canary pod first (#27).
+                step = canary_gate(self.gw, service, pool, live, old_status, now)
+                outcome.applied.extend(step.applied)
+                outcome.deleted.extend(step.deleted)
+                for type_, reason, message in step.events:
+                    self._event(service, type_, reason, message, outcome)
+                if step.requeue_after is not None:
+                    outcome.requeue_after = min(outcome.requeue_after or 1e9, step.requeue_after)
                 if service.spec.scaling.mode == ScalingMode.EXTERNAL:
                     live, writes = hand_over_replicas(
                         self.gw, pool.deployment, live, service.spec.replicas
@@ -536,6 +547,12 @@ class Controller:
         self._warn_conflicts(service, conflicts, outcome)
         self._write_status(body, old_status, status, outcome, service)
         self.pool_plans.set((namespace, name), [(p.gpu_type, p.feasible) for p in pools])
+        if outcome.requeue_after is not None:
+            self.scheduler.call_later(
+                (namespace, name),
+                outcome.requeue_after,
+                lambda: self._reconcile_quietly(namespace, name),
+            )
         return outcome
 
     # ------------------------------------------------------------------------------ admission
