@@ -11,8 +11,9 @@ from typing import Any
 import yaml
 from click.testing import CliRunner
 
+from vllm_operator.catalog.vllm.releases import flag_changes
 from vllm_operator.cli.main import cli
-from vllm_operator.cli.upgrade import flag_changes, rule_changes
+from vllm_operator.cli.upgrade import rule_changes
 from vllm_operator.planning.engine_rules import RULES
 from vllm_operator.planning.versions import VllmVersion
 
