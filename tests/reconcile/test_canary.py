@@ -7,13 +7,14 @@ import copy
 from datetime import datetime, timedelta
 from typing import Any
 
+from tests.rendering.test_drain import _pool, _service
 from vllm_operator.api.service import VLLMService
 from vllm_operator.api.status import Observation as StatusObservation
 from vllm_operator.api.status import PoolPlan
 from vllm_operator.hub.resolver import HubArchitectureResolver
 from vllm_operator.kube.fake import FakeGateway
 from vllm_operator.kube.gateway import Kind
-from vllm_operator.reconcile.canary import LABEL_CANARY
+from vllm_operator.reconcile.canary import LABEL_CANARY, hold, render_canary
 from vllm_operator.reconcile.controller import Controller
 from vllm_operator.reconcile.observed import observation_key
 from vllm_operator.rendering.names import (
@@ -21,6 +22,7 @@ from vllm_operator.rendering.names import (
     LABEL_SERVING,
     pool_selector_labels,
 )
+from vllm_operator.rendering.workload import render_workload
 
 from .test_controller import NOW, OfflineHub, cluster, condition, example, make_ready, status_of
 
@@ -236,3 +238,29 @@ def test_without_the_knob_a_new_plan_rolls_at_once() -> None:
     outcome = ctl.reconcile(NS, NAME)
     assert outcome.applied == [f"Deployment/{DEP}"] and outcome.requeue_after is None
     assert plan_hash(gw) != old_hash
+
+
+def test_a_leader_worker_set_canary_is_one_group_and_its_pool_holds_its_templates() -> None:
+    old = render_workload(_service("0.33.0", p99=4096), _pool("0.33.0", nodes=2))
+    new = render_workload(_service("0.33.0", p99=8192), _pool("0.33.0", nodes=2))
+    assert old["kind"] == "LeaderWorkerSet"
+    old_hash = old["metadata"]["annotations"][ANNOTATION_PLAN_HASH]
+    assert new["metadata"]["annotations"][ANNOTATION_PLAN_HASH] != old_hash
+
+    canary = render_canary(new)
+    assert canary["metadata"]["name"] == new["metadata"]["name"] + "-canary"
+    assert canary["spec"]["replicas"] == 1 and "selector" not in canary["spec"]
+    lwt = canary["spec"]["leaderWorkerTemplate"]
+    for template in (lwt["leaderTemplate"], lwt["workerTemplate"]):
+        assert template["metadata"]["labels"][LABEL_CANARY] == "true"
+    assert (
+        new["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]["labels"].get(
+            LABEL_CANARY
+        )
+        is None
+    )  # the rendered workload itself is not changed
+
+    held = hold(new, old, replicas_less=1)
+    assert held["spec"]["leaderWorkerTemplate"] == old["spec"]["leaderWorkerTemplate"]
+    assert held["metadata"]["annotations"][ANNOTATION_PLAN_HASH] == old_hash
+    assert held["spec"]["replicas"] == new["spec"]["replicas"] - 1
