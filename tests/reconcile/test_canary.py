@@ -129,7 +129,7 @@ def test_a_canary_ready_for_its_window_is_promoted_to_the_pool() -> None:
     clock.now = NOW + timedelta(seconds=100)
     waiting = ctl.reconcile(NS, NAME)
     assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is not None
-    assert waiting.requeue_after is not None and 49 <= waiting.requeue_after <= 51
+    assert waiting.requeue_after is not None and 29 <= waiting.requeue_after <= 31
 
     clock.now = NOW + timedelta(seconds=200)
     outcome = ctl.reconcile(NS, NAME)

@@ -79,7 +79,9 @@ def test_a_failed_plan_is_not_retried_until_it_changes() -> None:
 def test_a_ready_canary_is_watched_for_the_whole_window() -> None:
     decision = decide_canary(inputs(now=T0 + timedelta(seconds=100), kv=kv(1.0)))
     assert decision.verdict is Verdict.OBSERVE
-    assert decision.requeue_after == pytest.approx(80.0)
+    assert decision.requeue_after == pytest.approx(30.0)  # at most POLL_S: restarts are seen
+    late = decide_canary(inputs(now=T0 + timedelta(seconds=170), kv=kv(1.0)))
+    assert late.requeue_after == pytest.approx(10.0)  # the window's end
 
 
 def test_a_canary_that_held_the_window_with_the_planned_kv_is_promoted() -> None:

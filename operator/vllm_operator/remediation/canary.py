@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 OBSERVING = "Observing"
 FAILED = "Failed"
 POLL_S = 30.0
-"""Longest wait between two looks at a canary that is starting (its pod events also wake the
-reconcile; this bounds a missed one)."""
+"""Longest wait between two looks at a running canary: pod restarts wake no reconcile (the
+operator watches workloads, not pods), so this bounds how late a failure is seen."""
 KV_GRACE_S = 300.0
 """How long after the observation window a canary waits for its first KV measurement when
 metrics are available (the evaluator measures at its own interval) before it is promoted
@@ -136,7 +136,8 @@ def decide_canary(i: CanaryInputs) -> CanaryDecision:
             verdict=Verdict.OBSERVE,
             message=f"Canary {pod.name} of plan {i.desired_hash} Ready for {ready_for:.0f}s of "
             f"{i.observation_seconds}s",
-            requeue_after=max(1.0, i.observation_seconds - ready_for),
+            # Looked at again within POLL_S: a restart must not wait for the window's end.
+            requeue_after=max(1.0, min(POLL_S, i.observation_seconds - ready_for)),
         )
     kv = i.kv
     if kv is not None and kv.deviation_percent is not None:
