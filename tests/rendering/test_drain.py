@@ -201,3 +201,24 @@ def test_the_prestop_program_returns_once_the_engine_is_idle(metrics: _Metrics) 
 def test_the_prestop_program_returns_when_the_engine_is_gone() -> None:
     hook = _run_hook("http://127.0.0.1:9/metrics", budget=120)
     assert hook.wait(timeout=30) == 0
+
+
+def test_a_workers_prestop_polls_the_leader_named_by_its_environment(metrics: _Metrics) -> None:
+    # The LeaderWorkerSet webhook injects LWS_LEADER_ADDRESS; the hook expands it itself (exec
+    # handlers get no $(VAR) expansion). A fragment absorbs the rendered ":8000/metrics" so the
+    # test's server, on its own port, stands in for the leader.
+    argv = list(
+        cast(dict[str, list[str]], plan_drain("0.33.0", 4096, [], 8000).worker_pre_stop["exec"])[
+            "command"
+        ]
+    )
+    argv[0] = sys.executable
+    argv[5] = "0"
+    leader = metrics.url.removeprefix("http://") + "#"
+    hook = subprocess.Popen(argv, env={"LWS_LEADER_ADDRESS": leader, "PATH": "/usr/bin:/bin"})
+    deadline = time.monotonic() + 30
+    while metrics.scrapes < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert metrics.scrapes >= 2 and hook.poll() is None, "the worker did not wait for the leader"
+    metrics.running = 0.0
+    assert hook.wait(timeout=30) == 0
