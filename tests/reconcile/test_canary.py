@@ -130,6 +130,11 @@ def test_a_canary_ready_for_its_window_is_promoted_to_the_pool() -> None:
     waiting = ctl.reconcile(NS, NAME)
     assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is not None
     assert waiting.requeue_after is not None and 29 <= waiting.requeue_after <= 31
+    # Watching a canary whose state did not change writes nothing.
+    clock.now = NOW + timedelta(seconds=110)
+    before = gw.total_writes()
+    ctl.reconcile(NS, NAME)
+    assert gw.total_writes() == before
 
     clock.now = NOW + timedelta(seconds=200)
     outcome = ctl.reconcile(NS, NAME)

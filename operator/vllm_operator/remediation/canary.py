@@ -134,8 +134,9 @@ def decide_canary(i: CanaryInputs) -> CanaryDecision:
     if ready_for < i.observation_seconds:
         return CanaryDecision(
             verdict=Verdict.OBSERVE,
-            message=f"Canary {pod.name} of plan {i.desired_hash} Ready for {ready_for:.0f}s of "
-            f"{i.observation_seconds}s",
+            # Stable while nothing changes, so watching a canary writes no status.
+            message=f"Canary {pod.name} of plan {i.desired_hash} Ready since "
+            f"{pod.ready_since.isoformat()}; promoted after {i.observation_seconds}s",
             # Looked at again within POLL_S: a restart must not wait for the window's end.
             requeue_after=max(1.0, min(POLL_S, i.observation_seconds - ready_for)),
         )
