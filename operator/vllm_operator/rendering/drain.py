@@ -18,8 +18,9 @@ handling differs by release, so the drain does too (the catalog says which appli
   the leader's `/metrics` the same way (and ends when the leader is gone), so a group that is
   deleted as one keeps its pipeline stages until the leader has drained: the leader drains first.
 
-While a pod terminates the kubelet stops its liveness and startup probes (a draining vLLM answers
-/health with 503), and keeps the readiness probe, which the endpoints no longer need.
+While a pod terminates the kubelet stops its liveness and startup probes, recording success
+(kubelet pkg/kubelet/prober/worker.go doProbe, "Graceful shutdown of the pod"), so a draining vLLM
+that answers /health with 503 is not killed for it; readiness keeps being probed.
 
 The grace period is derived from the workload: a request at the P99 context, prefilled at
 `PREFILL_FLOOR_TOKENS_PER_S` and decoding every token at `DECODE_FLOOR_TOKENS_PER_S` (a
