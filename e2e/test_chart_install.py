@@ -22,7 +22,9 @@ import yaml
 
 from e2e.conftest import EXAMPLES, REPO_ROOT, Cluster
 from e2e.kube import ApiError, Kube, load_manifests, wait_for
+from e2e.localcluster import free_port
 from e2e.operator_process import OperatorProcess
+from e2e.webhook import CONFIGS, WEBHOOK_NAME, WEBHOOK_PATH, wait_serving
 
 CHART = REPO_ROOT / "charts" / "vllm-operator"
 RULES = yaml.safe_load((CHART / "files" / "rbac-rules.yaml").read_text())
@@ -475,3 +477,84 @@ def test_workload_policy_denies_the_operator_token_outside_allowed_namespaces(
         sa.create(allowed, dry_run=True)  # a served namespace stays writable
     finally:
         sa.close()
+
+
+def test_default_install_serves_the_admission_webhook(
+    install: Install, cluster: Cluster, tmp_path: Path
+) -> None:
+    """Issue #26 item 8: a plain `helm install` turns the admission webhook on (operator-managed
+    CA, failurePolicy Ignore), and the operator run with the chart's ServiceAccount token and the
+    chart's own webhook flags answers it: an infeasible spec is denied by the webhook.
+
+    The KWOK nodes cannot run the chart's pod, so the chart's ValidatingWebhookConfiguration is
+    pointed at the local operator (a loopback URL instead of the Service) and scoped to the test's
+    namespace; everything else (its name, the CA Secret, the RBAC that lets the operator create
+    that Secret and patch the bundle in) is the chart's.
+    """
+    kube = cluster.kube
+    fullname = install.service_account  # <release>-vllm-operator, as the chart names both
+    path = f"{CONFIGS}/{fullname}"
+    hook = kube.get(path)["webhooks"][0]
+    assert hook["failurePolicy"] == "Ignore" and "service" in hook["clientConfig"]
+    port = free_port()
+    kube.patch(
+        path,
+        [
+            {
+                "op": "replace",
+                "path": "/webhooks/0/clientConfig",
+                "value": {"url": f"https://127.0.0.1:{port}{WEBHOOK_PATH}"},
+            },
+            {
+                "op": "add",
+                "path": "/webhooks/0/namespaceSelector",
+                "value": {"matchLabels": {"kubernetes.io/metadata.name": install.watched}},
+            },
+            # Fail while waiting: a TLS or connection error must not pass for an answer.
+            {"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Fail"},
+        ],
+        kind="json",
+    )
+    (obj,) = load_manifests(EXAMPLES / "llama-3.1-70b-h100-tp.yaml")
+    obj["metadata"]["namespace"] = install.watched
+    obj["metadata"]["name"] = "llama-70b-a100"
+    obj["spec"]["placement"] = {"gpuTypes": ["NVIDIA-A100-SXM4-40GB"], "maxGPUsPerReplica": 1}
+    namespaces = [install.watched] if install.namespaced else []
+    op = OperatorProcess(install.kubeconfig, tmp_path / "operator.log", namespaces)
+    op.start_args = [  # the Deployment's webhook flags, served on loopback
+        "--webhook-port",
+        str(port),
+        "--webhook-address",
+        "127.0.0.1",
+        "--webhook-host",
+        "127.0.0.1",
+        "--webhook-secret",
+        f"{install.namespace}/{fullname}-webhook-ca",
+        "--webhook-configuration",
+        fullname,
+    ]
+    op.start()
+    try:
+        try:
+            wait_serving(kube, obj, timeout=TIMEOUT)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\noperator log:\n{op.log_tail(80)}") from err
+        finally:  # back to the chart's policy: a stopped operator must not block the namespace
+            kube.patch(
+                path,
+                [{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}],
+                kind="json",
+            )
+        with pytest.raises(ApiError) as info:
+            kube.create(obj, dry_run=True)
+        message = info.value.message
+        assert f'admission webhook "{WEBHOOK_NAME}" denied' in message
+        assert "does not fit any GPU type in spec.placement.gpuTypes" in message, message
+        secret = kube.get(f"/api/v1/namespaces/{install.namespace}/secrets/{fullname}-webhook-ca")
+        bundle = kube.get(path)["webhooks"][0]["clientConfig"]["caBundle"]
+        assert bundle == secret["data"]["bundle.crt"]
+    finally:
+        op.stop()
+    log = op.log_file.read_text(errors="replace")
+    denied = [line for line in log.splitlines() if DENIED.search(line)]
+    assert not denied, "calls denied by the chart's RBAC:\n" + "\n".join(denied[:20])

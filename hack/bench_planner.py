@@ -21,7 +21,19 @@ import yaml
 
 from vllm_operator.catalog.architectures import UnknownModelError, lookup_architecture
 from vllm_operator.catalog.gpus import lookup_gpu, lookup_gpu_by_memory
+from vllm_operator.cli.observations import bench_inputs
 from vllm_operator.planning.errors import PlanningInputError
+from vllm_operator.planning.fidelity import (
+    ERAS,
+    KV_MARGINS,
+    MIN_CELL_ROWS,
+    WIDEST_MARGIN,
+    era_name,
+    gpu_family,
+    margin_for_errors,
+    p90_of,
+    weight_format,
+)
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.memory import (
     GIB,
@@ -30,6 +42,8 @@ from vllm_operator.planning.memory import (
     estimate_memory,
     hybrid_layout,
     kv_bytes_per_token,
+    moe_workspace_bytes,
+    resolve_quantization,
 )
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION, VllmVersion
 
@@ -70,8 +84,13 @@ class Result:
     kind: str = ""
     family: str = "not in catalog"
     gpu_family: str = "unknown"
+    fmt: str = "unknown"
     failure_logged: bool = False
     failure_predicted: bool | None = None
+    ledger_log: dict[str, float] | None = None
+    ledger_pred: dict[str, float] | None = None
+    budget: float | None = None
+    kv_logged: float | None = None
 
     @property
     def weights_err(self) -> float | None:
@@ -113,47 +132,30 @@ def _gpu_label(name: str) -> str | None:
     return None
 
 
-# Eras of the memory semantics (planning/versions.py): one bucket per change of profiler, engine
-# or default that moves the KV budget.
-_ERAS = [
-    ("0.20.0", "0.20+ (graphs subtracted, util 0.92)"),
-    ("0.17.0", "0.17-0.19"),
-    ("0.11.0", "0.11-0.16 (V1 only)"),
-    ("0.7.0", "0.7-0.10"),
-    ("0.5.0", "0.5-0.6 (V0)"),
-    ("0.0.0", "<= 0.4 (V0)"),
-]
-
-_GPU_FAMILIES = {7: "Volta/Turing (sm7x)", 8: "Ampere (sm80/sm86)", 9: "Hopper (sm90)"}
+_ERAS = ERAS
 
 
 def era_of(version: str) -> str:
     """The era bucket a release falls in ('unknown' when the row states none)."""
-    try:
-        parsed = VllmVersion.parse(version)
-    except ValueError:
-        return "unknown"
-    for floor, name in _ERAS:
-        if parsed.at_least(floor):
-            return name
-    return "unknown"
+    return era_name(version)
 
 
 def gpu_family_of(cc: tuple[int, int] | None) -> str:
-    if cc is None:
-        return "unknown (memory only)"
-    if cc[0] >= 10:
-        return "Blackwell (sm100/sm12x)"
-    if cc == (8, 9):
-        return "Ada (sm89)"
-    return _GPU_FAMILIES.get(cc[0], f"sm{cc[0]}{cc[1]}")
+    return gpu_family(cc)
 
 
 def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
+    extra = {**bench_inputs(row), **extra}  # a row of `observations export` carries its own
     model = str(extra.get("model") or re.sub(r"\s*\(.*\)$", "", row["model_id"]).strip())
     version = str(extra.get("version") or _version(row["vllm_version"]) or "")
     base = Result(row=index, model=model, version=version or "?", gpu="", tp=1, answered=False)
     base.failure_logged = bool(extra.get("startup_failure"))
+    if "ledger" in extra:
+        base.ledger_log = {k: float(v) for k, v in extra["ledger"].items()}
+    total_logged, util_logged = _num(row["gpu_total_gib"]), _num(row["gpu_memory_utilization"])
+    if total_logged and util_logged:
+        base.budget = total_logged * util_logged
+    base.kv_logged = _num(row["kv_cache_gib"])
     if "skip" in extra:
         base.reason = str(extra["skip"])
         return base
@@ -201,10 +203,21 @@ def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
     )
     try:
         est: MemoryEstimate = estimate_memory(arch, gpu, args)
+        base.fmt = weight_format(resolve_quantization(arch, args.quantization))
     except PlanningInputError as exc:
         base.reason = f"rejected: {exc}"
         return base
     base.answered = True
+    # vLLM 0.33 counts the persistent fused-MoE workspace as consumed memory (memory.py
+    # moe_workspace_bytes); the model carries it in its activation term, the ledger moves it.
+    moe_ws = moe_workspace_bytes(arch, est.args) / GIB
+    base.ledger_pred = {
+        "consumed": est.weights_gib + est.non_torch_gib + moe_ws,
+        "peak": est.activation_peak_gib
+        - moe_ws
+        + (est.cuda_graph_gib if est.cuda_graph_subtracted else 0.0),
+        "kv": est.kv_cache_gib,
+    }
     base.weights_pred = est.weights_gib
     base.weights_log = _num(row["weights_gib"])
     base.failure_predicted = not est.fits or bool(est.startup_warnings)
@@ -238,12 +251,7 @@ def _fmt(value: float | None, unit: str) -> str:
 
 
 def _p90(values: list[float]) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    rank = 0.9 * (len(ordered) - 1)
-    lo, hi = int(rank), min(int(rank) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+    return p90_of(values)
 
 
 def bytes_per_token_check(inputs: dict[int, dict[str, Any]]) -> list[str]:
@@ -351,6 +359,117 @@ def group_table(
     return lines
 
 
+_ERA_ORDER = {name: i for i, (_, name) in enumerate(ERAS)}
+
+
+def cell_errors(results: list[Result]) -> dict[tuple[str, str, str], list[float]]:
+    """Signed KV errors (percent) per era x GPU family x weight format."""
+    out: dict[tuple[str, str, str], list[float]] = {}
+    for r in results:
+        if r.kv_err is not None:
+            out.setdefault((era_of(r.version), r.gpu_family, r.fmt), []).append(r.kv_err)
+    return out
+
+
+def measured_margins(results: list[Result]) -> dict[tuple[str, str, str], tuple[float, int, float]]:
+    """The margin table planning/fidelity.py must hold: every cell with enough rows."""
+    return {
+        key: (margin_for_errors(errs), len(errs), round(_p90([abs(e) for e in errs]), 1))
+        for key, errs in cell_errors(results).items()
+        if len(errs) >= MIN_CELL_ROWS
+    }
+
+
+def widest_needed(results: list[Result]) -> float:
+    """The widest margin any era (over all its rows) or calibrated cell needs."""
+    needs = [margin for margin, _, _ in measured_margins(results).values()]
+    for _, era in ERAS:
+        errs = [r.kv_err for r in results if r.kv_err is not None and era_of(r.version) == era]
+        if len(errs) >= MIN_CELL_ROWS:
+            needs.append(margin_for_errors(errs))
+    return max(needs)
+
+
+def margins_literal(results: list[Result]) -> str:
+    lines = [
+        f"WIDEST_MARGIN = {widest_needed(results)}",
+        "",
+        "KV_MARGINS: dict[tuple[str, str, str], tuple[float, int, float]] = {",
+    ]
+    for key, (margin, rows, p90) in sorted(
+        measured_margins(results).items(), key=lambda kv: (_ERA_ORDER.get(kv[0][0], 99), kv[0])
+    ):
+        lines.append(f"    {key!r}: ({margin}, {rows}, {p90}),")
+    return "\n".join(lines + ["}"])
+
+
+def cell_table(results: list[Result]) -> list[str]:
+    """Era x GPU family x format: error, and the margin the planner applies to the cell."""
+    lines = [
+        "| era | GPU family | format | rows with KV | KV median abs err | p90 | worst over | "
+        "margin |",
+        "|---|---|---|---:|---:|---:|---:|---|",
+    ]
+    cells = cell_errors(results)
+    for key in sorted(cells, key=lambda k: (_ERA_ORDER.get(k[0], 99), k)):
+        errs = cells[key]
+        if key in KV_MARGINS:  # what the planner applies (fidelity.py), not recomputed here
+            margin, note = KV_MARGINS[key][0], "own p90"
+        else:
+            margin, note = WIDEST_MARGIN, f"widest (< {MIN_CELL_ROWS} rows)"
+        over = " **over its margin**" if max(errs) > margin * 100 + 1e-9 else ""
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]} | {len(errs)} {_stats(errs)} "
+            f"{margin * 100:.0f} % ({note}){over} |"
+        )
+    return lines
+
+
+def era_summary(results: list[Result], era: str) -> str:
+    errs = [r.kv_err for r in results if r.kv_err is not None and era_of(r.version) == era]
+    answered = [r for r in results if r.answered and era_of(r.version) == era]
+    if not errs:
+        return f"- era {era}: {len(answered)} answered rows, none with a KV figure"
+    return (
+        f"- era **{era}**: {len(answered)} answered rows, {len(errs)} with a KV figure: "
+        f"median absolute error **{statistics.median(map(abs, errs)):.1f} %**, p90 "
+        f"**{_p90([abs(e) for e in errs]):.1f} %**, worst over-prediction "
+        f"**{max(errs):+.1f} %** (issue #28 targets: 2 %, 5 %, +5 %)"
+    )
+
+
+def _pair(pred: dict[str, float], log: dict[str, float], key: str) -> str:
+    ours = f"{pred[key]:.2f}" if key in pred else "(unanswered)"
+    return f"{ours} / {log[key]:.2f}" if key in log else ours
+
+
+def ledger_table(results: list[Result]) -> list[str]:
+    """vLLM's 0.27+ ledger term by term: 'consumed' is weights + non-torch, 'peak activation' is
+    the profile's torch peak plus the CUDA-graph estimate (budgeted since 0.20), and the KV cache
+    is what the budget leaves: budget - consumed - peak (the last column checks that identity on
+    the logged figures)."""
+    lines = [
+        "| row | model | vLLM | GPU | budget | consumed pred / log | peak (activation + graph "
+        "estimate) pred / log | KV pred / log | budget - C - P vs KV log |",
+        "|---:|---|---|---|---:|---|---|---|---:|",
+    ]
+    for r in results:
+        if r.ledger_log is None:
+            continue
+        log, pred = r.ledger_log, r.ledger_pred or {}
+        identity = ""
+        if r.budget is not None and r.kv_logged:
+            identity = f"{r.budget - log['consumed'] - log['peak'] - r.kv_logged:+.2f}"
+
+        kv = f"{pred['kv']:.2f} / {r.kv_log:.2f}" if "kv" in pred and r.kv_log else ""
+        lines.append(
+            f"| {r.row} | {r.model} | {r.version} | {r.gpu or '-'} | "
+            f"{'' if r.budget is None else f'{r.budget:.2f}'} | {_pair(pred, log, 'consumed')} | "
+            f"{_pair(pred, log, 'peak')} | {kv} | {identity} |"
+        )
+    return lines
+
+
 def _verdict(r: Result) -> str:
     if r.failure_predicted is None:
         return ""
@@ -394,6 +513,18 @@ def render(results: list[Result]) -> str:
         "predicted; false failures: "
         f"{sum(1 for r in answered if r.failure_predicted and not r.failure_logged)}",
         "",
+        era_summary(results, ERAS[0][1]),
+        "",
+        "By era x GPU family x weight format (the planner's KV margin per cell: the p90 or the "
+        f"worst over-prediction, rounded up, at least 2 %; fewer than {MIN_CELL_ROWS} rows: "
+        f"the widest margin, {WIDEST_MARGIN * 100:.0f} %):",
+        "",
+        *cell_table(results),
+        "",
+        "vLLM's 0.27+ ledger reproduced term by term (rows that quote it):",
+        "",
+        *ledger_table(results),
+        "",
         "By era (coverage and KV error):",
         "",
         *group_table(
@@ -407,6 +538,10 @@ def render(results: list[Result]) -> str:
         "By model family:",
         "",
         *group_table(results, "model family", lambda r: r.family),
+        "",
+        "By weight format:",
+        "",
+        *group_table(results, "format", lambda r: r.fmt),
         "",
         "Unanswered rows:",
         "",
@@ -429,18 +564,38 @@ def summary_numbers(results: list[Result]) -> dict[str, float]:
     }
 
 
-def run_all() -> list[Result]:
+def run_all(extra_rows: list[Path] | None = None) -> list[Result]:
+    """Every row of the bench CSV, then those of `extra_rows` (files in the same format, e.g.
+    `vllm-operator observations export` output), numbered on after the bench's own."""
     inputs: dict[int, dict[str, Any]] = yaml.safe_load(INPUTS.read_text("utf-8")) or {}
-    with LOGS.open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
+    rows: list[dict[str, str]] = []
+    for path in [LOGS, *(extra_rows or [])]:
+        with path.open(newline="", encoding="utf-8") as handle:
+            found = list(csv.DictReader(handle))
+        offset = len(rows)
+        rows.extend(found)
+        if path is not LOGS:
+            inputs.update({offset + i: {} for i in range(len(found))})
     return [run_row(i, row, inputs.get(i, {})) for i, row in enumerate(rows)]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", type=Path, help="markdown file to update between markers")
+    parser.add_argument(
+        "--margins", action="store_true", help="print the KV_MARGINS table for planning/fidelity.py"
+    )
+    parser.add_argument(
+        "--rows",
+        type=Path,
+        action="append",
+        help="more rows in the bench's CSV format (`vllm-operator observations export`)",
+    )
     opts = parser.parse_args()
-    results = run_all()
+    results = run_all(opts.rows)
+    if opts.margins:
+        print(margins_literal(results))
+        return 0
     inputs: dict[int, dict[str, Any]] = yaml.safe_load(INPUTS.read_text("utf-8")) or {}
     text = render(results)
     text += (

@@ -178,6 +178,12 @@ CASES: list[Case] = [
             ("--uds", "/tmp/s", "spec.vllm.extraArgs"),
             ("--ssl-keyfile", "/k", "spec.vllm.extraArgs"),
             ("--headless", "", "spec.vllm.extraArgs"),
+            # vLLM's multi-node bootstrap: the operator renders it (#26)
+            ("--nnodes", "2", "spec.vllm.extraArgs"),
+            ("--node-rank", "1", "spec.vllm.extraArgs"),
+            ("--master-addr", "10.0.0.1", "spec.vllm.extraArgs"),
+            ("--master-port", "29500", "spec.vllm.extraArgs"),
+            ("--distributed-executor-backend", "ray", "spec.vllm.extraArgs"),
             ("--served-model-name", "chat", None),
         ]
     ],

@@ -623,7 +623,73 @@ def _parse_kind(fn: Any) -> str | None:
     return None
 
 
-def _type_spec(hint: Any, classes: dict[str, Any], depth: int = 0) -> dict[str, Any]:
+def _field_validators(owner: Any, field: str) -> list[Any]:
+    """The pydantic field validators of ``owner`` (a config class) that run before or around
+    the type check of ``field``, as callables taking the raw value."""
+    decorators = getattr(owner, "__pydantic_decorators__", None)
+    out: list[Any] = []
+    for dec in getattr(decorators, "field_validators", {}).values():
+        info = getattr(dec, "info", None)
+        if info is None or getattr(info, "mode", "") not in ("before", "plain"):
+            continue
+        if field not in getattr(info, "fields", ()) and "*" not in getattr(info, "fields", ()):
+            continue
+        func = getattr(dec, "func", None)
+        with contextlib.suppress(Exception):  # older pydantic: the stored func is usable
+            func = dec.bind_to_cls(owner).func  # binds classmethods to the class
+        if func is not None:
+            out.append(func)
+    return out
+
+
+def _enum_forms(cls: Any, owner: Any, field: str | None) -> tuple[list[Any], bool]:
+    """The JSON values a field typed by Enum ``cls`` accepts: the members' JSON-able values
+    (pydantic's enum validation) and, when a validator of the owning class turns a member's
+    name into the member (``CUDAGraphMode[value.upper()]``), the names; the names in lower case
+    too when the validator accepts those (case-insensitive lookups)."""
+    import enum
+
+    forms: list[Any] = []
+    for member in cls:
+        value = member.value
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            forms.append(value)
+    if owner is None or field is None:
+        return forms, False
+    validators = _field_validators(owner, field)
+
+    def accepted(text: str) -> bool:
+        for fn in validators:
+            for extra in ((), (None,)):  # (value) or (value, info)
+                try:
+                    result = fn(text, *extra)
+                except TypeError:
+                    continue
+                except Exception:  # noqa: BLE001 - the validator refused the value
+                    return False
+                return isinstance(result, enum.Enum) and isinstance(result, cls)
+        return False
+
+    ignore_case = False
+    names: list[Any] = []
+    for member in cls:
+        if accepted(member.name):
+            names.append(member.name)
+            if member.name.lower() != member.name and accepted(member.name.lower()):
+                ignore_case = True
+    if names:
+        # The validator sees strings first: a string value counts only if it takes it too.
+        forms = [f for f in forms if not isinstance(f, str) or accepted(f)] + names
+    return forms, ignore_case
+
+
+def _type_spec(
+    hint: Any,
+    classes: dict[str, Any],
+    depth: int = 0,
+    enum_owner: Any = None,
+    enum_field: str | None = None,
+) -> dict[str, Any]:
     """A type hint as the small vocabulary the catalog stores: JSON types, enum, config class.
 
     ``types`` lists the JSON kinds pydantic accepts for the field (object, array, str, int, float,
@@ -640,8 +706,10 @@ def _type_spec(hint: Any, classes: dict[str, Any], depth: int = 0) -> dict[str, 
     has_enum = False
     only_enum = True  # False once a member is neither a Literal nor None
 
+    enum_ignore_case = False
+
     def walk(h: Any, d: int) -> None:
-        nonlocal config_name, has_enum, only_enum
+        nonlocal config_name, has_enum, only_enum, enum_ignore_case
         if d > 8:
             types_.add("any")
             return
@@ -663,19 +731,28 @@ def _type_spec(hint: Any, classes: dict[str, Any], depth: int = 0) -> dict[str, 
                 enum_values.append(_jsonable(a))
                 types_.add({bool: "bool", int: "int", float: "float"}.get(type(a), "str"))
             return
-        only_enum = False
         if isinstance(h, type) and issubclass(h, enum.Enum):
-            # Enums often take names as well as values through validators: not enforced.
-            types_.add("any")
+            # A Python Enum: pydantic takes the members' values; the class's own "before"
+            # validator (vLLM's usual `Enum[value.upper()]`) also takes member names, probed
+            # by _enum_forms against the live class.
+            has_enum = True
+            forms, ignore_case = _enum_forms(h, enum_owner, enum_field)
+            enum_ignore_case = enum_ignore_case or ignore_case
+            if not forms:  # no JSON spelling known (tuple values, no name validator)
+                types_.add("any")
+            for value in forms:
+                enum_values.append(value)
+                types_.add({bool: "bool", int: "int", float: "float"}.get(type(value), "str"))
             return
+        only_enum = False
         if h is bool:
             types_.add("bool")
         elif h is int:
             types_.add("int")
         elif h is float:
             types_.update({"float", "int"})
-        elif h is str:
-            types_.add("str")
+        elif h is str or (isinstance(h, type) and issubclass(h, os.PathLike)):
+            types_.add("str")  # pathlib.Path fields take a JSON string
         elif isinstance(h, type) and dataclasses.is_dataclass(h):
             types_.add("object")
             config_name = h.__name__
@@ -701,6 +778,8 @@ def _type_spec(hint: Any, classes: dict[str, Any], depth: int = 0) -> dict[str, 
     if has_enum and only_enum and "any" not in types_:
         out["enum"] = sorted(set(map(json.dumps, enum_values)))
         out["enum"] = [json.loads(v) for v in out["enum"]]
+        if enum_ignore_case:
+            out["enum_ignore_case"] = True
     if config_name:
         out["config"] = config_name
     return out
@@ -753,7 +832,13 @@ def _collect_class(cls: Any, classes: dict[str, Any], depth: int = 0) -> str:
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
-        fields_out[f.name] = _type_spec(hints.get(f.name, Any), classes, depth + 1)
+        fields_out[f.name] = _type_spec(hints.get(f.name, Any), classes, depth + 1, cls, f.name)
+        raw_default = f.default
+        if type(raw_default).__name__ == "FieldInfo":
+            raw_default = getattr(raw_default, "default", None)
+        if raw_default is None and "null" not in fields_out[f.name]["types"]:
+            # `x: Enum = None`: the class takes None (its default; vLLM fills it in later).
+            fields_out[f.name]["types"] = sorted([*fields_out[f.name]["types"], "null"])
         note = _deprecation_note(docs.get(f.name))
         if note:
             fields_out[f.name]["deprecation"] = note
@@ -768,6 +853,21 @@ def _collect_class(cls: Any, classes: dict[str, Any], depth: int = 0) -> str:
         "fields": dict(sorted(fields_out.items())),
     }
     return name
+
+
+def _unwrap_optional_dataclass(hint: Any) -> Any:
+    """The dataclass of ``X | None`` (or ``X``); None for anything else."""
+    import dataclasses
+    import typing
+
+    if hint is None:
+        return None
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    members = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    if len(members) == 1 and isinstance(members[0], type) and dataclasses.is_dataclass(members[0]):
+        return members[0]
+    return None
 
 
 def value_schemas(parser: argparse.ArgumentParser) -> dict[str, Any]:
@@ -786,6 +886,15 @@ def value_schemas(parser: argparse.ArgumentParser) -> dict[str, Any]:
             engine_hints = typing.get_type_hints(engine_args, include_extras=True)
         except Exception:
             engine_hints = {f.name: f.type for f in dataclasses.fields(engine_args)}
+    except Exception:
+        pass
+    vllm_hints: dict[str, Any] = {}
+    try:
+        vllm_config = importlib.import_module("vllm.config").VllmConfig
+        try:
+            vllm_hints = typing.get_type_hints(vllm_config, include_extras=True)
+        except Exception:
+            vllm_hints = {f.name: f.type for f in dataclasses.fields(vllm_config)}
     except Exception:
         pass
     for act in parser._actions:
@@ -807,6 +916,11 @@ def value_schemas(parser: argparse.ArgumentParser) -> dict[str, Any]:
         elif act.dest in engine_hints:
             spec = _type_spec(engine_hints[act.dest], classes)
             entry["expects"] = spec["types"]
+            # A dict the engine turns into a config class later (--speculative-config ->
+            # SpeculativeConfig(**value) in create_engine_config): type its keys by that class.
+            target = _unwrap_optional_dataclass(vllm_hints.get(act.dest))
+            if target is not None and "object" in entry["expects"]:
+                entry["config"] = _collect_class(target, classes)
         flags[longs[0]] = entry
     return {"flags": flags, "classes": dict(sorted(classes.items()))}
 

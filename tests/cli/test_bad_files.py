@@ -65,6 +65,10 @@ BAD_FILES: dict[str, tuple[bytes | None, str]] = {
     ),
     "alias-bomb": (_bomb().encode(), f"expands to more than {MAX_NODES} YAML nodes (aliases)"),
     "recursive-alias": (b"kind: Pod\nstatus: &s {a: [*s]}\n", "alias *s is inside its own anchor"),
+    "duplicate-key": (
+        b"kind: Pod\nmetadata: {name: a}\nkind: Pod\n",
+        "invalid YAML: key 'kind' already set in this mapping at line 1 (line 3, column 1)",
+    ),
     "top-level-list": (b"- a\n- b\n", "document 0 is a list, not a mapping"),
     "top-level-scalar": (b"just words\n", "document 0 is a string, not a mapping"),
 }

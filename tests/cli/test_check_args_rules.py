@@ -92,7 +92,7 @@ def test_render_refuses_a_rule_the_plan_and_extra_args_break_together(tmp_path: 
 def test_render_shows_an_override_once_and_warns_when_the_plan_no_longer_holds(
     tmp_path: Path,
 ) -> None:
-    path = spec_file(tmp_path, {"--max-num-seqs": "8", "--gpu-memory-utilization": "0.7"})
+    path = spec_file(tmp_path, {"--max-num-seqs": "8", "--gpu-memory-utilization": "0.85"})
     result = CliRunner().invoke(cli, ["render", path])
     assert result.exit_code == 0
     (dep,) = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Deployment"]

@@ -246,6 +246,20 @@ class GatewayContract:
         assert generation(live) == generation(created) == 1
         assert live["spec"] == created["spec"]
 
+    def test_list_services_returns_them_with_their_status(self, harness: GatewayHarness) -> None:
+        # The fleet's measurements are shared through status (#28): a list must carry it.
+        ns, gw = harness.namespace, harness.gateway
+        created = harness.add_service(vllm_service(ns))
+        name = created["metadata"]["name"]
+        gw.apply_status(ns, name, {"ready": "0/1"})
+        (listed,) = gw.list_services(ns)
+        assert listed["metadata"]["name"] == name and listed["status"]["ready"] == "0/1"
+        everywhere = [
+            (s["metadata"]["namespace"], s["metadata"]["name"]) for s in gw.list_services()
+        ]
+        assert (ns, name) in everywhere
+        assert gw.list_services(ns + "-none") == []
+
     def test_apply_status_of_a_missing_service_is_404(self, harness: GatewayHarness) -> None:
         with pytest.raises(GatewayError) as err:
             harness.gateway.apply_status(harness.namespace, "missing", {"ready": "0/1"})

@@ -48,6 +48,10 @@ class ReadCounter:
         self.reads["list:Pod"] += 1
         return self.inner.list_pods(namespace, selector)
 
+    def list_services(self, namespace: str | None = None) -> list[Obj]:
+        self.reads["list:VLLMService"] += 1
+        return self.inner.list_services(namespace)
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         self.reads["get:Secret"] += 1
         return self.inner.read_secret_key(namespace, name, key)

@@ -109,17 +109,24 @@ def test_notes_print_a_real_crd_url(helm: Path, tmp_path: Path) -> None:
     assert "..." not in text and "helm show crds" in text
 
 
-def test_default_install_renders_the_operator_only(helm: Path) -> None:
+def test_default_install_renders_the_operator_and_its_webhook(helm: Path) -> None:
+    """Issue #26 item 8: the admission webhook is on by default (operator-managed CA, Ignore)."""
     kinds = sorted(o["kind"] for o in template(helm))
     assert kinds == [
         "ClusterRole",
         "ClusterRoleBinding",
         "Deployment",
-        "Service",
+        "Role",  # the webhook CA Secret, by name, in the release namespace
+        "RoleBinding",
+        "Service",  # metrics
+        "Service",  # webhook
         "ServiceAccount",
         "ValidatingAdmissionPolicy",  # the operator's workload-namespace policy
         "ValidatingAdmissionPolicyBinding",
+        "ValidatingWebhookConfiguration",
     ]
+    kinds = sorted(o["kind"] for o in template(helm, "webhook.enabled=false"))
+    assert "ValidatingWebhookConfiguration" not in kinds and "Role" not in kinds
 
 
 def test_every_toggle_renders_its_objects(helm: Path) -> None:
@@ -130,7 +137,7 @@ def test_every_toggle_renders_its_objects(helm: Path) -> None:
 
 
 def test_operator_pod_is_hardened(helm: Path) -> None:
-    dep = one(template(helm), "Deployment")
+    dep = one(template(helm, "webhook.enabled=false"), "Deployment")
     spec = dep["spec"]
     # Kopf runs standalone (no peering): exactly one replica, never two during a rollout.
     assert spec["replicas"] == 1
@@ -177,7 +184,7 @@ def _rules(obj: Obj) -> list[Obj]:
 
 
 def test_cluster_wide_rbac_is_exactly_the_rules_file(helm: Path) -> None:
-    objs = template(helm)
+    objs = template(helm, "webhook.enabled=false")  # the webhook's grants: test_webhook_...
     data = rules_file()
     role = one(objs, "ClusterRole")
     assert _rules(role) == data["clusterScoped"] + data["namespaceScoped"] + data["hubTokens"]
@@ -193,7 +200,7 @@ def test_cluster_wide_rbac_is_exactly_the_rules_file(helm: Path) -> None:
 
 
 def test_namespaced_rbac_uses_roles_per_namespace(helm: Path) -> None:
-    objs = template(helm, "watchNamespaces={team-a,team-b}")
+    objs = template(helm, "watchNamespaces={team-a,team-b}", "webhook.enabled=false")
     data = rules_file()
     assert _rules(one(objs, "ClusterRole")) == data["clusterScoped"] + data["namespaceWatch"]
     roles = {o["metadata"]["namespace"]: o for o in objs if o["kind"] == "Role"}
@@ -264,7 +271,8 @@ def _grants(objs: list[Obj]) -> set[tuple[str | None, str, str]]:
 def test_token_secret_reading_can_be_turned_off(helm: Path) -> None:
     """Issue #20 (defect 11): cluster-wide, the operator could get every Secret; now a switch."""
     for sets in ((), ("watchNamespaces={team-a}",)):
-        objs = template(helm, "huggingFace.readTokenSecrets=false", *sets)
+        # The webhook's own CA Secret is a separate grant (test_webhook_with_the_operator_managed_ca).
+        objs = template(helm, "huggingFace.readTokenSecrets=false", "webhook.enabled=false", *sets)
         assert not [g for g in _grants(objs) if g[1] == "secrets"]
         args = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
         assert "--no-read-token-secrets" in args
@@ -273,7 +281,7 @@ def test_token_secret_reading_can_be_turned_off(helm: Path) -> None:
 
 
 def test_token_secrets_only_in_listed_namespaces(helm: Path) -> None:
-    objs = template(helm, "huggingFace.tokenSecretNamespaces={models}")
+    objs = template(helm, "huggingFace.tokenSecretNamespaces={models}", "webhook.enabled=false")
     secrets = {g for g in _grants(objs) if g[1] == "secrets"}
     assert secrets == {("models", "secrets", "get")}  # no cluster-wide Secret get
     role = one(objs, "Role")
@@ -457,12 +465,14 @@ def test_grafana_dashboard_is_the_deploy_source(helm: Path) -> None:
 
 
 def test_webhook_with_the_operator_managed_ca(helm: Path) -> None:
-    """Off by default; on: the configuration (sideEffects None, the chosen failurePolicy and
-    selectors), its Service, the operator's flags, and RBAC limited to its Secret and config."""
-    assert "ValidatingWebhookConfiguration" not in {o["kind"] for o in template(helm)}
+    """On by default with failurePolicy Ignore (issue #26); the configuration (sideEffects None,
+    the chosen failurePolicy and selectors), its Service, the operator's flags, and RBAC limited
+    to its Secret and config."""
+    default = one(template(helm), "ValidatingWebhookConfiguration")
+    assert default["webhooks"][0]["failurePolicy"] == "Ignore"
+    assert "namespaceSelector" not in default["webhooks"][0]  # every namespace
     objs = template(
         helm,
-        "webhook.enabled=true",
         "webhook.failurePolicy=Fail",
         "webhook.namespaceSelector.matchLabels.team=ml",
         "webhook.objectSelector.matchLabels.check=fit",

@@ -68,7 +68,9 @@ def test_lora_slots_cost_rank_times_every_projection() -> None:
     lora = estimate_memory(
         arch, H100, EngineArgs(max_model_len=8192, max_loras=4, max_lora_rank=64)
     )
-    assert lora.weights_gib - base.weights_gib == pytest.approx(by_hand, abs=1e-3)
+    # reported under its own name, never as "weights" (#26)
+    assert lora.lora_gib == pytest.approx(by_hand, abs=1e-3)
+    assert lora.weights_gib == base.weights_gib and base.lora_gib == 0
     assert lora.kv_cache_gib == pytest.approx(base.kv_cache_gib - by_hand, abs=2e-3)
 
 
@@ -87,8 +89,10 @@ def test_mtp_adds_the_checkpoints_prediction_layer_and_its_kv() -> None:
     )
     layer = decoder_layer_bytes(arch, 60, tp=8, dtype="bfloat16", quant=arch.quantization)
     extra = (layer + (2 * 7168 * 7168 / 8 + 3 * 7168) * 2) / GIB
-    assert spec.weights_gib - base.weights_gib == pytest.approx(extra, abs=1e-3)
+    assert spec.draft_weights_gib == pytest.approx(extra, abs=1e-3)
+    assert spec.weights_gib == base.weights_gib
     assert spec.kv_bytes_per_token - base.kv_bytes_per_token == 512 + 64  # one fp8 latent
+    assert spec.draft_kv_bytes_per_token == 512 + 64
 
 
 def test_ngram_speculation_holds_no_weights_and_unknown_drafts_are_named() -> None:
@@ -104,7 +108,7 @@ def test_ngram_speculation_holds_no_weights_and_unknown_drafts_are_named() -> No
         H100,
         EngineArgs(max_model_len=8192, speculative_method="draft_model", num_speculative_tokens=4),
     )
-    assert ngram.weights_gib == base.weights_gib
+    assert ngram.weights_gib == base.weights_gib and ngram.draft_weights_gib == 0
     assert any("'draft_model' is not in the estimate" in r for r in draft.reasons)
 
 
@@ -122,3 +126,43 @@ def test_hybrid_speculation_pins_a_state_block_per_draft_token() -> None:
     assert spec.args.block_size >= base.args.block_size
     assert spec.kv_bytes_per_token == base.kv_bytes_per_token + 2 * 2 * 256 * 2
     assert spec.max_concurrency < base.max_concurrency
+
+
+def test_lora_and_draft_are_in_the_plan_under_their_own_names_with_the_knobs_that_free_them() -> (
+    None
+):
+    """#26: the LoRA slot buffers and the draft are plan terms of their own, and an intent that
+    does not fit because of them is offered the knob that frees them."""
+    from vllm_operator.planning.alternatives import AlternativeKind, Infeasible
+    from vllm_operator.planning.plan import PoolPlan, plan_pool
+
+    spec = VLLMServiceSpec.model_validate(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "workload": {"p99ContextTokens": 4096, "concurrency": 6},
+            "placement": {"gpuTypes": ["NVIDIA-L4"], "maxGPUsPerReplica": 1},
+            "vllm": {
+                "version": "0.33.0",
+                "extraArgs": {"--enable-lora": "", "--max-loras": "8", "--max-lora-rank": "64"},
+            },
+        }
+    )
+    arch = lookup_architecture("meta-llama/Llama-3.1-8B-Instruct")
+    result = plan_pool(PlanIntent.from_spec(spec), lookup_gpu("NVIDIA-L4"), arch)
+    assert isinstance(result, Infeasible)
+    kinds = {a.kind: a for a in result.alternatives}
+    assert "--max-loras 1" in kinds[AlternativeKind.FEWER_LORA_SLOTS].description
+    fewer = spec.model_copy(
+        update={
+            "vllm": spec.vllm.model_copy(
+                update={"extra_args": {"--enable-lora": "", "--max-loras": "1"}}
+            )
+        }
+    )
+    planned = plan_pool(PlanIntent.from_spec(fewer), lookup_gpu("NVIDIA-L4"), arch)
+    assert isinstance(planned, PoolPlan)
+    assert planned.memory.lora_gib > 0
+    status = planned.to_status().memory
+    assert status is not None
+    assert status.lora_gib == round(planned.memory.lora_gib, 2)
+    assert status.draft_weights_gib is None

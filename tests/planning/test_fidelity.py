@@ -1,7 +1,6 @@
 """Fail safe where the model is unsure (issue #15 item 5): margins from the measured error."""
 
 import re
-import statistics
 
 import pytest
 
@@ -9,7 +8,18 @@ from tests.planning.test_bench import load_bench
 from vllm_operator.api.spec import LatencyProfile
 from vllm_operator.catalog.architectures import Architecture, lookup_architecture
 from vllm_operator.catalog.gpus import lookup_gpu
-from vllm_operator.planning.fidelity import KV_ERROR_BY_ERA, kv_error_margin
+from vllm_operator.planning.fidelity import (
+    ERAS,
+    KV_MARGINS,
+    MARGIN_FLOOR,
+    MIN_CELL_ROWS,
+    WIDEST_MARGIN,
+    gpu_family,
+    is_thin_cell,
+    kv_error_margin,
+    margin_for_errors,
+    weight_format,
+)
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.memory import EngineArgs, MemoryEstimate, estimate_memory
@@ -19,29 +29,94 @@ LLAMA8 = lookup_architecture("meta-llama/Llama-3.1-8B-Instruct")
 GPT_OSS_20B = lookup_architecture("openai/gpt-oss-20b")
 
 
-def test_margins_cover_the_error_the_bench_measures_per_era() -> None:
-    """A margin below the measured p90 would let a plan promise what the model cannot back."""
+def test_the_margin_table_is_what_the_bench_measures() -> None:
+    """KV_MARGINS holds exactly the cells with enough rows, each at its measured p90 (or worst
+    over-prediction) rounded up: a new bench row that moves a cell fails here until
+    `python hack/bench_planner.py --margins` is pasted into planning/fidelity.py."""
+    bench = load_bench()
+    assert bench.measured_margins(bench.run_all()) == KV_MARGINS
+
+
+def test_no_cell_over_predicts_beyond_its_own_margin() -> None:
+    """The margin a plan takes (own p90, or the widest for a thin cell) covers every
+    over-prediction the bench measured in that cell, and the p90 of every calibrated cell."""
+    bench = load_bench()
+    for cell, errs in bench.cell_errors(bench.run_all()).items():
+        margin = KV_MARGINS[cell][0] if cell in KV_MARGINS else WIDEST_MARGIN
+        assert max(errs) <= margin * 100 + 1e-9, (cell, max(errs), margin)
+        if len(errs) >= MIN_CELL_ROWS:
+            assert bench._p90([abs(e) for e in errs]) <= margin * 100, cell
+        else:
+            assert cell not in KV_MARGINS
+
+
+def test_the_widest_margin_is_the_widest_any_era_or_cell_needs() -> None:
+    """New rows that widen an era's error fail here until WIDEST_MARGIN is raised to what
+    `python hack/bench_planner.py --margins` prints."""
     bench = load_bench()
     results = bench.run_all()
-    for floor, margin, _ in KV_ERROR_BY_ERA:
-        era = bench.era_of(floor)
+    assert bench.widest_needed(results) == WIDEST_MARGIN
+    assert all(margin <= WIDEST_MARGIN for margin, _, _ in KV_MARGINS.values())
+    for _, era in ERAS:
         errs = [
-            abs(r.kv_err)
-            for r in results
-            if r.kv_err is not None and bench.era_of(r.version) == era
+            r.kv_err for r in results if r.kv_err is not None and bench.era_of(r.version) == era
         ]
-        if len(errs) < 2:
-            continue
-        assert bench._p90(errs) <= margin * 100, (era, bench._p90(errs), margin)
-        assert statistics.median(errs) <= margin * 100
+        if len(errs) >= MIN_CELL_ROWS:
+            assert margin_for_errors(errs) <= WIDEST_MARGIN, era
+    assert min(margin for margin, _, _ in KV_MARGINS.values()) >= MARGIN_FLOOR
 
 
-def test_moe_and_mla_get_at_least_the_sparse_family_floor() -> None:
-    dense, _ = kv_error_margin("0.19.0", LLAMA8)
-    moe, why = kv_error_margin("0.19.0", GPT_OSS_20B)
-    assert dense == 0.02
-    assert moe == 0.05 and "MoE" in why
-    assert kv_error_margin("0.33.0", LLAMA8)[0] == 0.12
+def test_margins_by_cell_gpu_family_and_format() -> None:
+    dense, why = kv_error_margin("0.19.0", LLAMA8, (9, 0))
+    assert dense == KV_MARGINS[("0.17-0.19", "Hopper (sm90)", "bf16")][0]
+    assert "calibration rows" in why and "fewer than" not in why
+    # the same model and release on an L4 (Ada): no rows, the widest margin, and it says so
+    thin, why = kv_error_margin("0.19.0", LLAMA8, (8, 9))
+    assert thin == WIDEST_MARGIN and "fewer than 5 calibration rows" in why
+    assert is_thin_cell("0.19.0", (8, 9), "bf16") and not is_thin_cell("0.19.0", (9, 0), "bf16")
+    # MoE on a calibrated cell still gets its family floor
+    moe, why = kv_error_margin("0.19.0", GPT_OSS_20B, (9, 0), None)
+    assert moe >= 0.05
+
+
+@pytest.mark.parametrize(
+    ("cc", "family"),
+    [
+        ((12, 0), "Blackwell workstation/consumer (sm12x)"),
+        ((12, 1), "Blackwell workstation/consumer (sm12x)"),
+        ((10, 0), "Blackwell datacenter (sm10x)"),
+        ((10, 3), "Blackwell datacenter (sm10x)"),
+        ((9, 0), "Hopper (sm90)"),
+        ((8, 9), "Ada (sm89)"),
+        ((8, 6), "Ampere (sm80/sm86)"),
+        ((8, 0), "Ampere (sm80/sm86)"),
+        ((7, 5), "Volta/Turing (sm7x)"),
+        (None, "unknown (memory only)"),
+    ],
+)
+def test_gpu_families(cc: tuple[int, int] | None, family: str) -> None:
+    assert gpu_family(cc) == family
+
+
+def test_weight_formats() -> None:
+    assert weight_format(None) == "bf16"
+    for model, fmt in (
+        ("Qwen/Qwen3-14B-AWQ", "AWQ/GPTQ (int4)"),
+        ("openai/gpt-oss-20b", "MXFP4"),
+        ("RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic", "8-bit (FP8/INT8)"),
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16", "AWQ/GPTQ (int4)"),
+        ("qwen3.6-35b-a3b-nvfp4 (modelopt)", "NVFP4"),
+    ):
+        assert weight_format(lookup_architecture(model).quantization) == fmt, model
+
+
+def test_a_thin_cell_says_so_in_the_plan_reasons() -> None:
+    intent = PlanIntent(p99_context_tokens=4096, concurrency=2, vllm_version="0.19.0")
+    thin = plan_pool(intent, lookup_gpu("NVIDIA-L4"), LLAMA8)
+    calibrated = plan_pool(intent, lookup_gpu("NVIDIA-H100-80GB-HBM3"), LLAMA8)
+    assert isinstance(thin, PoolPlan) and isinstance(calibrated, PoolPlan)
+    assert any("fewer than 5 calibration rows" in r for r in thin.reasons)
+    assert not any("calibration rows" in r for r in calibrated.reasons)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +138,7 @@ def test_a_plan_never_promises_more_than_the_model_backs_after_its_error(
         result = plan_pool(intent, lookup_gpu(gpu), arch)
         if not isinstance(result, PoolPlan):
             continue
-        margin, _ = kv_error_margin(version, arch)
+        margin, _ = kv_error_margin(version, arch, lookup_gpu(gpu).compute_capability)
         predicted = result.memory.kv_cache_tokens / p99
         if predicted * (1 - margin) >= concurrency:
             assert result.memory.concurrency_at_p99 == pytest.approx(predicted, abs=0.01)
@@ -94,7 +169,7 @@ def test_the_margin_shrinks_the_prefill_chunk_before_it_warns() -> None:
         result = plan_pool(intent, gpu, LLAMA8)
         if not isinstance(result, PoolPlan):
             continue
-        notes = [r for r in result.reasons if r.startswith("KV margin")]
+        notes = [r for r in result.reasons if r.startswith("KV margin") and "instead of" in r]
         if notes:
             found += 1
             match = re.search(r"max_num_batched_tokens (\d+) instead of (\d+)", notes[0])
@@ -103,7 +178,7 @@ def test_the_margin_shrinks_the_prefill_chunk_before_it_warns() -> None:
             assert chosen == result.engine_args.max_num_batched_tokens
             assert chosen < without_margin
             assert result.engine_args.tensor_parallel_size == 1
-            assert result.memory.kv_cache_tokens * (1 - 0.12) / 1024 >= concurrency
+            assert result.memory.kv_cache_tokens * (1 - WIDEST_MARGIN) / 1024 >= concurrency
     assert found
 
 

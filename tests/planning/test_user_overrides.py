@@ -117,10 +117,11 @@ def test_default_values_of_unmodelled_flags_change_nothing() -> None:
     assert out.holds
 
 
-def test_a_tensor_parallel_size_beyond_the_pools_gpus_does_not_hold() -> None:
+def test_a_tensor_parallel_size_beyond_the_pools_gpus_is_refused_with_its_field() -> None:
     intent = INTENT.model_copy(update={"max_gpus_per_replica": 1})
     out = apply_user_values(
         planned(), {"tensor_parallel_size": 2}, {}, intent=intent, arch=LLAMA8, gpu=L4
     )
-    assert out.plan.engine_args.tensor_parallel_size == 2
-    assert any("its pods cannot be scheduled" in p for p in out.problems)
+    ((path, why),) = out.refusals
+    assert path == "spec.vllm.extraArgs[--tensor-parallel-size]"
+    assert "spec.placement.maxGPUsPerReplica is 1" in why

@@ -64,9 +64,9 @@ def test_an_alias_override_replaces_the_planned_flag_not_added_beside_it() -> No
 
 def test_an_override_that_breaks_the_plan_is_rendered_and_flagged_plan_overridden() -> None:
     gw = cluster()
-    gw.add(service({"--gpu-memory-utilization": "0.7"}))
+    gw.add(service({"--gpu-memory-utilization": "0.85"}))
     controller(gw).reconcile("default", "llama-8b-chat")
-    assert "0.7" in engine_args(gw)
+    assert "0.85" in engine_args(gw)
     feasible = condition(status_of(gw, "llama-8b-chat"), "Feasible")
     assert feasible["status"] == "True" and feasible["reason"] == "PlanOverridden"
     assert "plan no longer holds" in feasible["message"]
@@ -140,7 +140,7 @@ def test_admission_denies_a_rule_violation_and_warns_when_the_plan_no_longer_hol
     denied = review(service({"--no-enable-chunked-prefill": ""}), nodes, resolver)
     assert not denied.allowed and denied.reason == Reason.INVALID_ENGINE_CONFIG
     assert denied.message.startswith("spec.vllm.extraArgs with the plan break vLLM's engine")
-    warned = review(service({"--gpu-memory-utilization": "0.7"}), nodes, resolver)
+    warned = review(service({"--gpu-memory-utilization": "0.85"}), nodes, resolver)
     assert warned.allowed and warned.outcome == "warned"
     assert any("plan no longer holds" in w for w in warned.warnings)
     plain = review(service({"--max-num-seqs": "8"}), nodes, resolver)

@@ -89,6 +89,53 @@ def test_hard_wrap_inside_a_number_sentence() -> None:
     assert diagnose(wrapped).numbers.kv_available_gib == 0.71
 
 
+# vLLM's own wrapper around a weight-loading OOM (vllm/v1/worker/gpu_model_runner.py, load_model's
+# logger.error, 0.10+), as public logs print it (a 31B model on a 32 GiB RTX 5090, vLLM 0.19).
+FAILED_TO_LOAD = (
+    "(EngineCore pid=36704) ERROR 04-07 15:58:28 [gpu_model_runner.py:4818] Failed to load model - "
+    "not enough GPU memory. Try lowering --gpu-memory-utilization to free memory for weights, "
+    "increasing --tensor-parallel-size, or using --quantization. See "
+    "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more tips. (original "
+    "error: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 0 has a total capacity of 31.36 "
+    "GiB of which 53.06 MiB is free.)\n"
+)
+
+
+def test_failed_to_load_model_is_a_startup_oom_without_history() -> None:
+    d = diagnose(FAILED_TO_LOAD)
+    assert d.failure_class == FailureClass.STARTUP_CUDA_OOM and d.phase == Phase.STARTUP
+    assert d.numbers.gpu_capacity_gib == 31.36 and not d.graph_capture
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: CUDA driver error: out of memory",
+        "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    ],
+)
+def test_driver_level_out_of_memory_is_an_oom(line: str) -> None:
+    alone = diagnose(line + "\n")
+    assert alone.failure_class == FailureClass.RUNTIME_CUDA_OOM and alone.phase is None
+    at_load = diagnose("ERROR 05-05 07:35:19 [core.py:1136] WorkerProc failed to start.\n" + line)
+    assert at_load.failure_class == FailureClass.STARTUP_CUDA_OOM
+
+
+def test_startup_lines_before_a_started_server_do_not_make_a_later_oom_startup() -> None:
+    log = (
+        "INFO 05-01 14:30:00 [gpu_model_runner.py:1329] Starting to load model m...\n"
+        "INFO 05-01 14:30:09 [default_loader.py:262] Loading weights took 9.1 seconds\n"
+        "INFO 05-01 14:30:20 [gpu_worker.py:276] determine_available_memory: 12.0 GiB\n"
+        "INFO:     Application startup complete.\n"
+        "RuntimeError: CUDA driver error: out of memory\n"
+    )
+    d = diagnose(log)
+    assert d.failure_class == FailureClass.RUNTIME_CUDA_OOM and d.phase == Phase.RUNTIME
+    failed_before_serving = log.replace("INFO:     Application startup complete.\n", "")
+    assert diagnose(failed_before_serving).failure_class == FailureClass.STARTUP_CUDA_OOM
+
+
 # ----------------------------------------------------------------------- pod history
 
 T0 = "2026-11-22T11:58:00Z"

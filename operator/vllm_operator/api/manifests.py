@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from vllm_operator.api.errors import Problem, problems_from
+from vllm_operator.api.pod_validation import pod_problems
 from vllm_operator.api.service import API_VERSION, KIND, VLLMService
 
 
@@ -87,9 +88,13 @@ def check_service(obj: Any) -> VLLMService:
     try:
         # JSON mode + strict: types as the API server's decoder sees them (YAML timestamps and
         # other non-JSON scalars become strings, as kubectl's YAML-to-JSON conversion does).
-        return VLLMService.model_validate_json(json.dumps(obj, default=str), strict=True)
+        service = VLLMService.model_validate_json(json.dumps(obj, default=str), strict=True)
     except ValidationError as exc:
         raise ServiceInvalid(problems_from(exc, VLLMService)) from exc
+    # What the API server or the kubelet would refuse in the rendered pods (api.pod_validation).
+    if pod := pod_problems(service.spec):
+        raise ServiceInvalid(pod)
+    return service
 
 
 def parse_service(obj: Any) -> VLLMService:

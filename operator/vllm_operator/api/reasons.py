@@ -35,6 +35,11 @@ class Reason(StrEnum):
         "UnsupportedEngineArgs",
         "The planned engine arguments are not accepted by the pinned vLLM version.",
     )
+    UNSUPPORTED_ARCHITECTURE = (
+        "UnsupportedArchitecture",
+        "The model's architecture is not registered in the pinned vLLM release's model registry; "
+        "the message names the first release that has it.",
+    )
     INVALID_ENGINE_CONFIG = (
         "InvalidEngineConfig",
         "The effective engine arguments (plan and spec.vllm.extraArgs together) break a rule "

@@ -66,7 +66,19 @@ OPERATOR_OWNED_EXTRA_ARGS: dict[str, str] = {
     "--uds": "a Unix socket replaces the TCP port the probes and the Service use",
     "--ssl-keyfile": "the probes and the Service speak plain HTTP to the pod",
     "--ssl-certfile": "the probes and the Service speak plain HTTP to the pod",
-    "--headless": "a headless engine serves no API for the probes and the Service",
+    "--headless": "a headless engine serves no API for the probes and the Service (the "
+    "operator runs the workers of a multi-node replica headless: spec.placement."
+    "maxNodesPerReplica)",
+    "--nnodes": "the operator sets the nodes of a replica from the plan's pipeline stages "
+    "(spec.placement.maxNodesPerReplica)",
+    "--node-rank": "the operator sets each node's rank from its LeaderWorkerSet "
+    "(spec.placement.maxNodesPerReplica)",
+    "--master-addr": "the operator points every node at its LeaderWorkerSet leader "
+    "(spec.placement.maxNodesPerReplica)",
+    "--master-port": "the operator sets the rendezvous port of a multi-node replica "
+    "(spec.placement.maxNodesPerReplica)",
+    "--distributed-executor-backend": "the operator runs vLLM's multiprocessing executor on "
+    "the GPUs and nodes it places (spec.placement.maxGPUsPerReplica, maxNodesPerReplica)",
     "--disable-log-stats": "it removes every vllm: Prometheus metric the operator watches",
 }
 """extraArgs the renderer owns (the pod contract: model, bind address, port, plain HTTP, metrics),

@@ -23,6 +23,22 @@ class MemoryBreakdown(ApiModel):
         alias="budgetGiB", description="gpu_memory_utilization x total: what vLLM may use."
     )
     weights_gib: float = Field(alias="weightsGiB", description="Model weights on one GPU.")
+    lora_gib: float | None = Field(
+        default=None,
+        alias="loraGiB",
+        description="LoRA slot buffers on one GPU (--max-loras x --max-lora-rank), apart from "
+        "the weights.",
+    )
+    draft_weights_gib: float | None = Field(
+        default=None,
+        alias="draftWeightsGiB",
+        description="The speculative draft's weights on one GPU (--speculative-config).",
+    )
+    draft_kv_cache_gib: float | None = Field(
+        default=None,
+        alias="draftKvCacheGiB",
+        description="Of kvCacheGiB, what the speculative draft's layers cache.",
+    )
     activation_gib: float = Field(
         alias="activationGiB", description="Peak activation memory of the profiling batch."
     )

@@ -9,6 +9,7 @@ All three become one `Architecture`, the planner's internal type. Names follow c
 """
 
 import json
+from collections.abc import Mapping
 from enum import StrEnum
 from functools import cache
 from importlib import resources
@@ -18,6 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from vllm_operator.api.spec import Architecture as ArchitectureOverride
+from vllm_operator.catalog.vllm.errors import UnknownVersionError
+from vllm_operator.catalog.vllm.loader import version_position
 
 
 class QuantMethod(StrEnum):
@@ -137,6 +140,11 @@ class Architecture(BaseModel):
 
     name: str
     model_type: str = "unknown"
+    registry_names: tuple[str, ...] = Field(
+        default=(),
+        description="config.json `architectures`: the class names vLLM's model registry is "
+        "keyed by (empty: not known, the release check is skipped).",
+    )
     num_hidden_layers: int = Field(ge=1)
     hidden_size: int = Field(ge=1)
     num_attention_heads: int = Field(ge=1)
@@ -631,11 +639,68 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         vision_params=int(merged.get("vision_params") or 0),
         num_parameters=merged.get("num_parameters"),
         source=source,
+        registry_names=_registry_names(cfg),
         num_mtp_layers=int(
             _first(merged, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0
         ),
         **hybrid,
         **_gemma_fields(merged),
+    )
+
+
+def _registry_names(cfg: dict[str, Any]) -> tuple[str, ...]:
+    names = cfg.get("architectures")
+    if not isinstance(names, list):
+        return ()
+    return tuple(n for n in names if isinstance(n, str))
+
+
+# ----------------------------------------------------------------- architectures by release
+
+
+@cache
+def _registry_releases() -> dict[str, Any]:
+    return _read_json("architecture-releases.json")
+
+
+def release_problem(arch: Architecture, version: str) -> str | None:
+    """Why vLLM `version` cannot load `arch` (its registry lacks every class name the model's
+    config.json lists), or None when it can or the catalog cannot tell.
+
+    From `data/architecture-releases.json` (hack/vllm-catalog/architectures.py: the
+    `_VLLM_MODELS` registry of each scanned release wheel). Only what the data proves is
+    refused: a release older than the first scanned one, and an architecture no scanned release
+    registers (vLLM may still run it through its Transformers backend), are let through.
+    """
+    if not arch.registry_names:
+        return None
+    data = _registry_releases()
+    scanned = list(data["scanned"])
+    try:
+        here = version_position(version)
+        positions = {v: version_position(v) for v in scanned}
+    except UnknownVersionError:
+        return None
+    if here < min(positions.values()):
+        return None
+    table = data["architectures"]
+    known = [(n, table[n]) for n in arch.registry_names if n in table]
+    if not known:
+        return None
+    for _name, span in known:
+        if positions[span["first"]] <= here <= positions[span["last"]]:
+            return None
+    name, span = known[0]
+    if positions[span["first"]] > here:
+        return (
+            f"vLLM {version} does not register the architecture {name} of {arch.name} (vLLM's "
+            f"model registry); the first release that has it is vLLM {span['first']}: pin "
+            f"spec.vllm.version {span['first']} or later"
+        )
+    return (
+        f"vLLM {version} no longer registers the architecture {name} of {arch.name} (vLLM's "
+        f"model registry); the last release that has it is vLLM {span['last']}: pin "
+        f"spec.vllm.version {span['last']} or earlier"
     )
 
 
@@ -724,6 +789,34 @@ def _raw_catalog() -> dict[str, dict[str, Any]]:
     return resolved
 
 
+INSTRUCT_SUFFIXES = ("-Instruct", "-it", "-Chat")
+"""Suffixes of the instruct / chat variant of a base checkpoint (Hugging Face naming)."""
+
+
+def variant_base(name: str, catalog: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The catalogued base an instruct/chat variant (`-Instruct`, `-it`, `-Chat`) resolves to.
+
+    Only when the base's entry states, with its source, that the variant's config.json is the
+    same in every field the memory model reads (`same_config_variants`: the suffixes). A
+    fine-tune usually keeps its base's architecture, but not always (a longer context, an
+    added token, another dtype or a quantised checkpoint all change the plan), so a name is
+    never guessed: without the statement the variant is unknown, and a variant with its own
+    entry (a differing config) always wins over the rule.
+    """
+    lower = name.lower()
+    for suffix in INSTRUCT_SUFFIXES:
+        if not lower.endswith(suffix.lower()) or len(lower) == len(suffix):
+            continue
+        stem = lower[: -len(suffix)]
+        base = next((k for k in catalog if k.lower() == stem), None)
+        if base is None:
+            continue
+        stated = {str(s).lower() for s in catalog[base].get("same_config_variants") or []}
+        if suffix.lower() in stated:
+            return base
+    return None
+
+
 def catalog_names() -> list[str]:
     """Model ids the catalog knows (complete or not)."""
     return sorted(_raw_catalog())
@@ -738,8 +831,17 @@ def lookup_architecture(name: str) -> Architecture:
     catalog = _raw_catalog()
     key = name if name in catalog else next((k for k in catalog if k.lower() == name.lower()), None)
     if key is None:
-        raise UnknownModelError(name, "not in the built-in catalog")
-    entry = dict(catalog[key])
+        base = variant_base(name, catalog)
+        if base is None:
+            raise UnknownModelError(name, "not in the built-in catalog")
+        key = name
+        stated = catalog[base].get("source", "")
+        entry = {
+            **catalog[base],
+            "source": f"same config.json as {base} (instruct/base rule); {stated}",
+        }
+    else:
+        entry = dict(catalog[key])
     alias_of = entry.get("alias_of")
     if alias_of and alias_of in catalog:
         entry = {**catalog[alias_of], **{k: v for k, v in entry.items() if v is not None}}

@@ -33,6 +33,41 @@ about 60 nodes and a `kubectl get pod -o yaml` a few hundred; an alias bomb has 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class _StrictLoader(_Loader):  # type: ignore[misc]
+    """The safe loader, refusing a key repeated in one mapping as kubectl's strict field
+    validation does (sigs.k8s.io/yaml UnmarshalStrict: 'key "x" already set in map'); PyYAML
+    alone keeps the last value silently, so the spec applied would differ from the one read."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: PyYAML reports it itself
+                    continue
+                if first is not key_node:
+                    mark = key_node.start_mark
+                    raise _DuplicateKey(
+                        f"key {key!r} already set in this mapping at line "
+                        f"{first.start_mark.line + 1} (line {mark.line + 1}, column "
+                        f"{mark.column + 1}); kubectl's strict validation refuses duplicate keys"
+                    )
+        return super().construct_mapping(node, deep=deep)
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+LIST_KINDS = frozenset({"List", "VLLMServiceList"})
+"""Kinds whose `items` kubectl expands into separate objects (kubectl's resource builder flattens
+any v1 List and any <Kind>List); validate/plan/render judge each item."""
+
+
 class FileError(click.ClickException):
     """One line on stderr (`Error: PATH: problem`) and exit code 2."""
 
@@ -151,7 +186,9 @@ def load_yaml_documents(path: Path | str) -> list[Any]:
     text = read_text(path)
     check_yaml_shape(text, name)
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
+    except _DuplicateKey as exc:
+        raise FileError(name, f"invalid YAML: {exc}") from None
     except yaml.YAMLError as exc:  # the scan accepted it, construction did not (e.g. a bad tag)
         raise FileError(name, f"invalid YAML: {str(exc).splitlines()[0]}") from None
     except RecursionError:  # defence in depth: the scan bounds nesting well below the limit
@@ -171,6 +208,32 @@ def load_mapping_documents(path: Path | str) -> list[dict[str, Any]]:
                 f"document {index} is a {_kind(doc)}, not a mapping (a Kubernetes object)",
             )
     return docs
+
+
+def load_object_documents(path: Path | str) -> list[dict[str, Any]]:
+    """As load_mapping_documents, with `kind: List` and `kind: VLLMServiceList` documents
+    replaced by their items, in order, as kubectl reads a file; an item that is not a mapping, or
+    a list without an `items` list, is a FileError."""
+    name = display_name(path)
+    out: list[dict[str, Any]] = []
+    for index, doc in enumerate(load_mapping_documents(path)):
+        if doc.get("kind") not in LIST_KINDS:
+            out.append(doc)
+            continue
+        items = doc.get("items")
+        if items is None:
+            continue  # an empty list, as `kubectl get -o yaml` prints it for no objects
+        if not isinstance(items, list):
+            raise FileError(name, f"document {index} ({doc['kind']}): items is not a list")
+        for item_index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise FileError(
+                    name,
+                    f"document {index} ({doc['kind']}): items[{item_index}] is a {_kind(item)}, "
+                    "not a mapping (a Kubernetes object)",
+                )
+            out.append(item)
+    return out
 
 
 def load_mapping(path: Path | str) -> dict[str, Any]:

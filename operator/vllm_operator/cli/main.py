@@ -12,6 +12,7 @@ from vllm_operator.cli.diagnose import diagnose_cmd
 from vllm_operator.cli.docs import docs
 from vllm_operator.cli.estimate import estimate
 from vllm_operator.cli.flags import flags
+from vllm_operator.cli.observations import observations
 from vllm_operator.cli.plan import plan
 from vllm_operator.cli.probe import probe
 from vllm_operator.cli.render import render
@@ -36,6 +37,7 @@ cli.add_command(render)
 cli.add_command(run)
 cli.add_command(docs)
 cli.add_command(diagnose_cmd)
+cli.add_command(observations)
 
 
 def main() -> None:

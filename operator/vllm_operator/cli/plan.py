@@ -1,8 +1,10 @@
 """`vllm-operator plan FILE`: the engine arguments the operator would choose, per GPU type.
 
-Checks each VLLMService in FILE as the controller does before acting (cli.specs: schema, version,
-extra flags, model architecture), then runs the controller's own planning function
-(planning.plan.plan_service). Exit codes: 0 every pool planned, 1 a service the operator would
+Checks each VLLMService in FILE as the controller does before acting (cli.specs: the admission
+chain's schema, service and model steps), then runs the controller's own planning function
+(planning.plan.plan_service), puts the spec's allowPlannerOverride values in as `render` and the
+reconcile do (reconcile.pools.user_values) and runs the chain's pool steps, so the plan printed
+is the one that runs and a pool the operator would refuse is refused here too. Exit codes: 0 every pool planned, 1 a service the operator would
 refuse or an intent that does not fit (reasons and alternatives printed), 2 usage error (a file
 that cannot be read, an unknown GPU, input vLLM would reject).
 """
@@ -19,13 +21,22 @@ from rich.table import Table
 
 from vllm_operator.api.spec import VLLMServiceSpec
 from vllm_operator.catalog.gpus import GpuFacts
+from vllm_operator.catalog.vllm.errors import UnknownVersionError
+from vllm_operator.catalog.vllm.loader import load_version
 from vllm_operator.cli.estimate import EXIT_NOT_FIT, EXIT_USAGE, resolve_gpu, usage_error
-from vllm_operator.cli.specs import EXIT_REJECTED, CliResolver, check_file, echo_refusal, prepare
+from vllm_operator.cli.specs import (
+    EXIT_REJECTED,
+    Checked,
+    CliResolver,
+    check_file,
+    echo_refusal,
+    prepare,
+)
 from vllm_operator.cli.upgrade import preview, preview_lines
 from vllm_operator.planning.alternatives import Infeasible
+from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.plan import PlanResult, PoolPlan, plan_service
-from vllm_operator.reconcile.pools import PreparedService
-from vllm_operator.rendering.args import ArgsRejected, check_version
+from vllm_operator.reconcile.pools import PreparedService, pool_refusal, user_values
 
 
 def result_dict(result: PlanResult) -> dict[str, Any]:
@@ -33,6 +44,10 @@ def result_dict(result: PlanResult) -> dict[str, Any]:
     if data.get("layout", 0) is None:
         del data["layout"]  # single-node plans print as they did before multi-node layouts
     data["feasible"] = isinstance(result, PoolPlan)
+    memory = data.get("memory") or {}
+    for key in ("lora_gib", "draft_weights_gib", "draft_kv_gib"):
+        if not memory.get(key):  # printed only for a spec with LoRA or a draft
+            memory.pop(key, None)
     return data
 
 
@@ -88,6 +103,8 @@ def _print_plan(console: Console, name: str, result: PlanResult) -> None:
         ("GPU total (CUDA), GiB", m.gpu_total_gib),
         ("budget, GiB", m.budget_gib),
         ("weights, GiB", m.weights_gib),
+        *((("LoRA slots, GiB", m.lora_gib),) if m.lora_gib else ()),
+        *((("draft weights, GiB", m.draft_weights_gib),) if m.draft_weights_gib else ()),
         ("activation peak, GiB", m.activation_gib),
         ("non-torch, GiB", m.non_torch_gib),
         (
@@ -98,6 +115,8 @@ def _print_plan(console: Console, name: str, result: PlanResult) -> None:
         ("KV cache, GiB", m.kv_cache_gib),
     ):
         table.add_row(label, f"{value:.2f}")
+    if m.draft_kv_gib:
+        table.add_row("of which draft KV, GiB", f"{m.draft_kv_gib:.2f}")
     table.add_row("KV cache tokens", f"{m.kv_cache_tokens:,}")
     table.add_row("concurrency at P99", f"{m.concurrency_at_p99:.2f}")
     console.print(table)
@@ -173,17 +192,17 @@ def plan(
     """
     if upgrade_to is not None:
         try:
-            check_version(upgrade_to)
-        except ArgsRejected as exc:
+            load_version(upgrade_to)  # an option, not a spec: no admission step
+        except UnknownVersionError as exc:
             usage_error(str(exc))
     resolver = CliResolver()
-    prepared: list[PreparedService] = []
+    prepared: list[tuple[Checked, PreparedService]] = []
     worst = 0
     checked = check_file(file)
     for doc in checked:
         ready = prepare(doc, resolver)
         if ready is not None:
-            prepared.append(ready)
+            prepared.append((doc, ready))
         elif doc.reason is not None:
             echo_refusal(doc, err=True)
             worst = EXIT_REJECTED
@@ -191,7 +210,7 @@ def plan(
         usage_error(f"{file} holds no VLLMService")
     out: list[dict[str, Any]] = []
     console = Console()
-    for one in prepared:
+    for doc, one in prepared:
         service = one.service
         labels = list(gpus) or list(service.spec.placement.gpu_types)
         facts: list[GpuFacts] = [resolve_gpu(label, None) for label in labels]
@@ -209,7 +228,25 @@ def plan(
                 elif not pool.get("feasible", {}).get("to", True):
                     worst = max(worst, EXIT_NOT_FIT)
             continue
-        results = plan_service(placed, facts, one.arch)
+        planned = plan_service(placed, facts, one.arch)
+        results: list[PlanResult] = []
+        for gpu, result in zip(facts, planned, strict=True):
+            if isinstance(result, PoolPlan):
+                # What render and the reconcile run: the user's values, the pool steps.
+                overridden = user_values(one, result, PlanIntent.from_spec(placed), gpu)
+                args = overridden.plan.engine_args.rendered()
+                rendered = {k: None if k in overridden.unplanned else v for k, v in args.items()}
+                refusal = pool_refusal(one, result.gpu_type, overridden, rendered, result.engine)
+                if refusal is not None:  # as render reports a refused pool
+                    click.echo(
+                        f"{doc.where}: {gpu.label}: {refusal.reason}: {refusal.message}", err=True
+                    )
+                    worst = max(worst, EXIT_REJECTED)
+                    continue
+                result = overridden.plan
+                for problem in overridden.problems:
+                    click.echo(f"{doc.where}: {gpu.label}: PlanOverridden: {problem}", err=True)
+            results.append(result)
         for result in results:
             if isinstance(result, Infeasible):
                 worst = max(worst, EXIT_USAGE if result.usage_error else EXIT_NOT_FIT)

@@ -1,10 +1,13 @@
 """The one path from a manifest file to a service the operator would act on, for the CLI.
 
-`validate`, `plan` and `render` all read files here and judge every VLLMService with the checks
-the controller runs before it acts (api.manifests.check_service, as the API server would accept
-the object, then reconcile.pools.check_service_rules: supported version, extra flags the pinned
-version accepts). A refusal carries the condition reason and the message the controller would
-write into status, so the three commands and `kubectl get vllmservice` say the same thing.
+`validate`, `plan` and `render` all read files here and judge every VLLMService with the
+admission chain the controller and the webhook run (reconcile.admission_chain: the schema step
+as the API server would accept the object, then the service steps: supported version, extra
+flags the pinned version accepts, overrides the pod can run). `validate` also runs the model
+steps when the architecture is known offline (inline or in the catalog); `plan` and `render`
+resolve it as the controller does and run them always. A refusal carries the condition reason
+and the message the controller would write into status, so the three commands and
+`kubectl get vllmservice` say the same thing.
 """
 
 from __future__ import annotations
@@ -18,8 +21,14 @@ import click
 from vllm_operator.api.manifests import parse_objects
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
-from vllm_operator.catalog.architectures import Architecture
-from vllm_operator.cli.files import load_mapping_documents
+from vllm_operator.catalog.architectures import (
+    Architecture,
+    UnknownModelError,
+    architecture_from_override,
+    lookup_architecture,
+)
+from vllm_operator.cli.files import load_object_documents
+from vllm_operator.reconcile.admission_chain import check_model_steps
 from vllm_operator.reconcile.pools import (
     PreparedService,
     ServiceRejected,
@@ -62,8 +71,24 @@ def check_file(path: Path) -> list[Checked]:
     An unreadable or malformed file raises cli.files.FileError (exit 2).
     """
     out: list[Checked] = []
-    for doc in parse_objects(load_mapping_documents(path)):
+    objects = load_object_documents(path)
+    seen: dict[tuple[str, str], int] = {}
+    for doc in parse_objects(objects):
         checked = Checked(where=f"{path}[{doc.index}]" + (f" {doc.name}" if doc.name else ""))
+        if doc.service is not None:
+            # Two documents naming one object: kubectl would apply the second over the first, and
+            # render would print two objects with the same name.
+            key = (doc.service.namespace or "", doc.service.name)
+            first = seen.setdefault(key, doc.index)
+            if first != doc.index:
+                checked.reason = Reason.INVALID_SPEC
+                checked.problems = [
+                    f"metadata.name: {doc.service.name!r} (namespace "
+                    f"{key[0] or '<default>'!r}) is already defined by document {first} of this "
+                    "file; accepted: one document per namespace/name"
+                ]
+                out.append(checked)
+                continue
         if doc.skipped:
             checked.skipped = doc.skipped
         elif doc.problems or doc.service is None:
@@ -73,10 +98,24 @@ def check_file(path: Path) -> list[Checked]:
             checked.service = doc.service
             try:
                 check_service_rules(doc.service)
+                arch = _offline_architecture(doc.service)
+                if arch is not None:
+                    check_model_steps(doc.service, arch)
             except ServiceRejected as exc:
                 _rejected(checked, exc)
         out.append(checked)
     return out
+
+
+def _offline_architecture(service: VLLMService) -> Architecture | None:
+    """The model's architecture without the network (inline override, catalog), else None."""
+    model = service.spec.model
+    if model.architecture is not None:
+        return architecture_from_override(model.architecture, model.name)
+    try:
+        return lookup_architecture(model.name)
+    except UnknownModelError:
+        return None
 
 
 class _EnvToken:

@@ -393,6 +393,28 @@ class CachedGateway:
             self.cache.replace_selection(kind, namespace, selector, listed)
         return listed
 
+    def list_services(self, namespace: str | None = None) -> list[Obj]:
+        """From the watch cache once synced (the services of the watched namespaces); else the
+        API, per watched namespace when the operator watches only some (a cluster-wide list
+        would be forbidden), and what it lists refreshes the cache."""
+        services = self.cache.all_of(Kind.VLLM_SERVICE)
+        if services is not None:
+            return [
+                s
+                for s in services
+                if namespace is None or (s.get("metadata") or {}).get("namespace") == namespace
+            ]
+        if namespace is None and self.cache.namespaces:
+            listed = [
+                s for ns in sorted(self.cache.namespaces) for s in self.inner.list_services(ns)
+            ]
+        else:
+            listed = self.inner.list_services(namespace)
+        if self.cache.synced:
+            for obj in listed:
+                self.cache.store(Kind.VLLM_SERVICE, obj)
+        return listed
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         return self.inner.read_secret_key(namespace, name, key)
 

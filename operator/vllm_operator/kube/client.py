@@ -252,6 +252,22 @@ class ApiGateway:
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
         return self.list_owned(Kind.POD, namespace, selector)
 
+    def list_services(self, namespace: str | None = None) -> list[Obj]:
+        group, version = API_VERSIONS[Kind.VLLM_SERVICE].split("/")
+        try:
+            if namespace is None:
+                raw = self.custom.list_cluster_custom_object(
+                    group, version, "vllmservices", _preload_content=False
+                )
+            else:
+                raw = self.custom.list_namespaced_custom_object(
+                    group, version, namespace, "vllmservices", _preload_content=False
+                )
+        except ApiException as exc:
+            raise _wrap(exc, f"list VLLMService in {namespace or 'all namespaces'}") from exc
+        items: list[Obj] = self._raw(raw)["items"]
+        return items
+
     def apply(self, obj: Obj) -> Obj:
         return self._apply(obj, FIELD_MANAGER, force=True)
 

@@ -366,6 +366,13 @@ class FakeGateway:
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
         return self._list(Kind.POD, namespace, selector)
 
+    def list_services(self, namespace: str | None = None) -> list[Obj]:
+        return [
+            copy.deepcopy(o)
+            for (k, ns, _), o in sorted(self.objects.items())
+            if k == Kind.VLLM_SERVICE and namespace in (None, ns)
+        ]
+
     def apply(self, obj: Obj) -> Obj:
         kind = Kind(obj["kind"])
         require_kind(kind, APPLIED_KINDS, "apply")

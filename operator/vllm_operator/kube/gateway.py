@@ -125,6 +125,11 @@ class KubeGateway(Protocol):
         """Pods matching a label selector (status, restarts, OOMKilled)."""
         ...
 
+    def list_services(self, namespace: str | None = None) -> list[Obj]:
+        """Every VLLMService in `namespace` (None: every namespace the caller may list), status
+        included: the fleet's measurements (status.observations) are shared across services."""
+        ...
+
     def apply(self, obj: Obj) -> Obj:
         """Server-side apply of an APPLIED_KINDS object with the operator's field manager (force: we
         own these fields). An invalid name or label is a GatewayError with status 422."""

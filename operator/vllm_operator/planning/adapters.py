@@ -45,7 +45,9 @@ def _int(extra_args: Mapping[str, str], name: str, default: int) -> int:
     try:
         return int(text)
     except ValueError:
-        raise PlanningInputError("vllm.extraArgs", f"{name} {text!r} is not an integer") from None
+        raise PlanningInputError(
+            f"spec.vllm.extraArgs[{name}]", f"{text!r} is not an integer"
+        ) from None
 
 
 def adapters_from_extra_args(extra_args: Mapping[str, str]) -> Adapters:
@@ -58,12 +60,30 @@ def adapters_from_extra_args(extra_args: Mapping[str, str]) -> Adapters:
             spec = json.loads(spec_text)
         except json.JSONDecodeError as exc:
             raise PlanningInputError(
-                "vllm.extraArgs", f"--speculative-config is not JSON: {exc}"
+                "spec.vllm.extraArgs[--speculative-config]", f"is not JSON: {exc}"
             ) from None
         if not isinstance(spec, dict):
-            raise PlanningInputError("vllm.extraArgs", "--speculative-config is not a JSON object")
+            raise PlanningInputError(
+                "spec.vllm.extraArgs[--speculative-config]", "is not a JSON object"
+            )
         method = str(spec.get("method") or ("draft_model" if spec.get("model") else "")) or None
-        tokens = int(spec.get("num_speculative_tokens") or 0)
+        raw = spec.get("num_speculative_tokens")
+        # vLLM's SpeculativeConfig types it `int` (pydantic: 2.0 passes, 2.5 / "2" / true do
+        # not); refused here by name rather than crashing the planner with int()'s error.
+        if raw is None:
+            tokens = 0
+        elif isinstance(raw, bool) or not isinstance(raw, int | float) or raw != int(raw):
+            raise PlanningInputError(
+                "spec.vllm.extraArgs[--speculative-config].num_speculative_tokens",
+                f"{raw!r} is not an integer",
+            )
+        elif raw < 0:
+            raise PlanningInputError(
+                "spec.vllm.extraArgs[--speculative-config].num_speculative_tokens",
+                f"{raw!r} is negative",
+            )
+        else:
+            tokens = int(raw)
     lora_flag = _flag(extra_args, "--enable-lora")
     lora = lora_flag is not None and lora_flag.strip().lower() not in ("false", "0")
     return Adapters(

@@ -36,6 +36,9 @@ class AlternativeKind(StrEnum):
     OTHER_GPU_TYPE = "OtherGpuType"
     MORE_NODES = "MoreNodesPerReplica"
     LOWER_CONCURRENCY = "LowerConcurrency"
+    FEWER_LORA_SLOTS = "FewerLoraSlots"
+    LOWER_LORA_RANK = "LowerLoraRank"
+    FEWER_SPECULATIVE_TOKENS = "FewerSpeculativeTokens"
 
 
 class Alternative(BaseModel):
@@ -105,6 +108,67 @@ def quantized_variant(arch: Architecture) -> Architecture:
             "torch_dtype": "float16",
         }
     )
+
+
+def _adapter_alternatives(
+    arch: Architecture, intent: PlanIntent, dtype: str, search: Search
+) -> list[Alternative]:
+    """The knobs that free the memory LoRA slots and a speculative draft take (`--max-loras`,
+    `--max-lora-rank`, `num_speculative_tokens` of `--speculative-config`), each checked with the
+    planner's own search."""
+    adapters = intent.adapters
+    tries: list[tuple[AlternativeKind, dict[str, int], str, dict[str, int | float | str]]] = []
+    if adapters.max_loras > 1:
+        tries.append(
+            (
+                AlternativeKind.FEWER_LORA_SLOTS,
+                {"max_loras": 1},
+                "spec.vllm.extraArgs --max-loras 1 (LoRA slot buffers on every layer)",
+                {"--max-loras": 1},
+            )
+        )
+    if adapters.max_loras and adapters.max_lora_rank > 8:
+        rank = max(8, adapters.max_lora_rank // 2)
+        tries.append(
+            (
+                AlternativeKind.LOWER_LORA_RANK,
+                {"max_lora_rank": rank},
+                f"spec.vllm.extraArgs --max-lora-rank {rank} (slot buffers grow with the rank)",
+                {"--max-lora-rank": rank},
+            )
+        )
+    if adapters.num_speculative_tokens > 1:
+        tries.append(
+            (
+                AlternativeKind.FEWER_SPECULATIVE_TOKENS,
+                {"num_speculative_tokens": 1},
+                "num_speculative_tokens 1 in spec.vllm.extraArgs --speculative-config",
+                {"num_speculative_tokens": 1},
+            )
+        )
+    if adapters.num_speculative_tokens:
+        tries.append(
+            (
+                AlternativeKind.FEWER_SPECULATIVE_TOKENS,
+                {"num_speculative_tokens": 0},
+                "no --speculative-config in spec.vllm.extraArgs (the draft's weights and KV)",
+                {"num_speculative_tokens": 0},
+            )
+        )
+    out: list[Alternative] = []
+    for kind, update, what, changes in tries:
+        changed = intent.model_copy(update={"adapters": adapters.model_copy(update=update)})
+        found = search(arch, changed, dtype, "auto", intent.max_gpus_per_replica)
+        if found is not None:
+            out.append(
+                Alternative(
+                    kind=kind,
+                    description=f"{what}: {layout_label(found)} fits "
+                    f"{sequences_at(found, intent.p99_context_tokens):.1f} sequences",
+                    changes=changes,
+                )
+            )
+    return out
 
 
 def infeasible(
@@ -218,6 +282,7 @@ def infeasible(
                     changes={"maxNodesPerReplica": pp, "tensor_parallel_size": tp},
                 )
             )
+    alternatives += _adapter_alternatives(arch, intent, dtype, search)
     if last is not None and last.fits and last.kv_cache_tokens >= intent.p99_context_tokens:
         most = int(sequences_at(last, intent.p99_context_tokens))
         alternatives.append(

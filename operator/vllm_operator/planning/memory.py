@@ -231,7 +231,16 @@ class MemoryEstimate(BaseModel):
     gpu_total_gib: float
     budget_gib: float
     budget_source: str
-    weights_gib: float
+    weights_gib: float = Field(description="The model's own weights (LoRA and draft apart).")
+    lora_gib: float = Field(
+        default=0.0, description="LoRA slot buffers (--max-loras x --max-lora-rank), per GPU."
+    )
+    draft_weights_gib: float = Field(
+        default=0.0, description="The speculative draft's weights (MTP / EAGLE layers), per GPU."
+    )
+    draft_kv_bytes_per_token: int = Field(
+        default=0, description="Of kv_bytes_per_token, what the draft's layers cache."
+    )
     activation_peak_gib: float
     non_torch_gib: float
     cuda_graph_gib: float
@@ -798,6 +807,42 @@ def _forward_transient_bytes(arch: Architecture, tokens: int, tp: int, act_bytes
     return tokens * (max(mlp, attn) + 3 * h) * act_bytes
 
 
+# vLLM's WorkspaceManager (v1/worker/workspace.py, read in 0.32.0 and 0.33.0) keeps the fused-MoE
+# workspace it grows during the profile run: FusedMoEModularKernel._allocate_buffers
+# (fused_moe/modular_kernel.py) takes workspace13 and workspace2 from
+# current_workspace_manager().get_simultaneous and never frees them, and memory_profiling
+# (utils/mem_utils.py) measures "consumed" after the profile run (free memory before the instance
+# minus free memory after it), so the workspace is consumed memory that the sampler's transient peak
+# comes on top of, not a transient that max(forward, sampler) covers. The logs of 0.28.0 (bench
+# rows 64-66: consumed 0.86 GiB above the packed weights, peak 0.53 GiB eager) show it; the first
+# release with the manager was not established, so it is counted from 0.20 (it only adds memory:
+# the safe side) and the per-graph MoE buffers are dropped only from 0.28, the earliest release
+# whose logs show graphs that reuse the locked workspace.
+MOE_WORKSPACE_FROM = "0.20.0"
+MOE_GRAPH_BUFFERS_UNTIL = "0.28.0"
+
+
+def moe_workspace_bytes(arch: Architecture, args: ResolvedArgs) -> float:
+    """The persistent fused-MoE workspace of one rank (vLLM 0.20+, see MOE_WORKSPACE_FROM).
+
+    Per experts class (0.33.0 fused_moe/experts/*.py ``workspace_shapes``, M the profile run's
+    ``max_num_batched_tokens`` without chunking, N the per-rank intermediate size I/TP, K hidden):
+    MarlinExperts ``(M x topk, max(N, K))`` + ``(M x topk x max(2N, K))``; TritonExperts
+    ``(M, topk, max(N, K))`` + ``(M, topk, max(2N, K))`` (its N is w13's 2I/TP); Cutlass alike.
+    workspace13 is shared with the ``(M, K)`` output (``max_shape_size``), in the activation dtype
+    (``workspace_dtype``). One buffer serves every MoE layer, so it does not grow with depth.
+    """
+    if not arch.is_moe or not VllmVersion.parse(args.vllm_version).at_least(MOE_WORKSPACE_FROM):
+        return 0.0
+    m = args.max_num_batched_tokens
+    top_k = arch.num_experts_per_tok or 2
+    n = (arch.moe_intermediate_size or arch.intermediate_size) / args.tensor_parallel_size
+    k = arch.hidden_size
+    ws13 = max(m * top_k * max(n, k), m * k)
+    ws2 = m * top_k * max(2 * n, k)
+    return (ws13 + ws2) * dtype_bytes(args.dtype)
+
+
 def activation_bytes(
     arch: Architecture,
     *,
@@ -807,7 +852,10 @@ def activation_bytes(
 ) -> float:
     """Peak torch memory of the profile run above the weights (VV §3.1 'Peak activation').
 
-    Forward and sampler run one after the other, so the peak is the larger of the two.
+    Forward and sampler run one after the other, so the peak is the larger of the two. From
+    0.20 a MoE model's persistent fused-MoE workspace is added on top (``moe_workspace_bytes``):
+    vLLM counts it as consumed memory, held while the sampler runs. The forward term keeps its
+    MoE width as well (a double count where the workspace is persistent: the safe side).
     """
     act_b = dtype_bytes(args.dtype)
     tp = args.tensor_parallel_size
@@ -821,7 +869,7 @@ def activation_bytes(
         lo, hi = LEGACY_V1_FULL_LOGITS
         if sem.engine is Engine.V1 and version.at_least(lo) and not version.at_least(hi):
             sampler += args.max_num_batched_tokens * arch.vocab_size * 4
-    return max(forward, sampler) + ACTIVATION_CONST_GIB * GIB
+    return max(forward, sampler) + moe_workspace_bytes(arch, args) + ACTIVATION_CONST_GIB * GIB
 
 
 def non_torch_gib(sem: MemorySemantics, args: ResolvedArgs, sm: tuple[int, int] | None) -> float:
@@ -864,8 +912,14 @@ def moe_graph_bytes(arch: Architecture, args: ResolvedArgs, layers: int) -> floa
     top_k x (2 x I/TP + I/TP + hidden)). The graph's private pool cannot reuse them across layers,
     so they add up with the layer count; this is why MoE (and MLA MoE) models use 2-3x the graph
     memory of a dense model of the same depth (issue #15). Reproduces Kimi-VL-A3B (27 layers, 64
-    experts top-6, TP2: 1.26 GiB estimated by vLLM 0.19, row 30) to 1 %."""
-    if not arch.is_moe:
+    experts top-6, TP2: 1.26 GiB estimated by vLLM 0.19, row 30) to 1 %.
+
+    From 0.28 the graphs run on the WorkspaceManager's locked workspace (see
+    MOE_GRAPH_BUFFERS_UNTIL; 0.33.0 ``GPUModelRunner.profile_cudagraph_memory`` captures after the
+    profile run has sized it), so they keep no MoE buffers of their own: 0. Bench row 64
+    (Qwen3-30B-A3B GPTQ on Marlin, 0.28.0) logs 1.19 GiB of peak including the graph estimate,
+    against 1.71 GiB that this term alone gave."""
+    if not arch.is_moe or VllmVersion.parse(args.vllm_version).at_least(MOE_GRAPH_BUFFERS_UNTIL):
         return 0.0
     moe_layers = max(0, layers - (arch.first_k_dense_replace or 0))
     moe_inter = arch.moe_intermediate_size or arch.intermediate_size
@@ -1154,6 +1208,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
     best: tuple[int, float, float, float, float, int] | None = None
     best_layout: HybridLayout | None = None
     layout: HybridLayout | None = None
+    adapters: tuple[float, float, int] = (0.0, 0.0, 0)
     draft_w, draft_note = draft_weights_bytes(arch, resolved, quant)
     n_draft, draft_shape, _ = draft_layers(arch, resolved)
     if draft_note:
@@ -1182,7 +1237,9 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
             / GIB
         )
         # the draft sits with the last stage; LoRA slots on every layer
-        w += (lora_bytes(arch, resolved, layers) + (draft_w if last else 0.0)) / GIB
+        stage_lora = lora_bytes(arch, resolved, layers) / GIB
+        stage_draft = (draft_w if last else 0.0) / GIB
+        w += stage_lora + stage_draft
         act = activation_bytes(arch, sem=sem, args=resolved, last_stage=stage == pp - 1) / GIB
         cg = cuda_graph_gib(arch, resolved, layers)
         kv = budget - w - act - nt - (cg if sem.subtracts_cuda_graphs else 0.0)
@@ -1210,6 +1267,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         if best is None or blocks < best[5]:
             best = (per_token, w, act, cg, kv, blocks)
             best_layout = layout
+            adapters = (stage_lora, stage_draft, draft_kv if last else 0)
     assert best is not None
     per_token, w, act, cg, kv, blocks = best
     stage_memory = [
@@ -1282,7 +1340,10 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         gpu_total_gib=round(total, 4),
         budget_gib=round(budget, 4),
         budget_source=budget_source,
-        weights_gib=round(w, 4),
+        weights_gib=round(w - adapters[0] - adapters[1], 4),
+        lora_gib=round(adapters[0], 4),
+        draft_weights_gib=round(adapters[1], 4),
+        draft_kv_bytes_per_token=adapters[2],
         activation_peak_gib=round(act, 4),
         non_torch_gib=round(nt, 4),
         cuda_graph_gib=round(cg, 4),

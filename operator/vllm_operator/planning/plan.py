@@ -24,12 +24,13 @@ from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.api.status import StageMemory as StatusStage
 from vllm_operator.catalog.architectures import Architecture
 from vllm_operator.catalog.gpus import GpuFacts
+from vllm_operator.catalog.vllm.loader import flag_spec
 from vllm_operator.planning.alternatives import (
     Infeasible,
     infeasible,
 )
 from vllm_operator.planning.errors import PlanningInputError
-from vllm_operator.planning.fidelity import kv_error_margin
+from vllm_operator.planning.fidelity import is_thin_cell, kv_error_margin, weight_format
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.intent import ObservedKv, PlanIntent
 from vllm_operator.planning.memory import (
@@ -41,6 +42,7 @@ from vllm_operator.planning.memory import (
     estimate_memory,
     post_kv_slack_gib,
     resolve_args,
+    resolve_quantization,
     sequences_at,
 )
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION, Engine, VllmVersion
@@ -60,6 +62,12 @@ class MemoryBreakdown(BaseModel):
     gpu_total_gib: float
     budget_gib: float
     weights_gib: float
+    lora_gib: float = 0.0
+    """LoRA slot buffers (apart from the weights; `--max-loras`, `--max-lora-rank` free them)."""
+    draft_weights_gib: float = 0.0
+    """The speculative draft's weights (`num_speculative_tokens` / `--speculative-config`)."""
+    draft_kv_gib: float = 0.0
+    """Of kv_cache_gib, what the draft's layers cache."""
     activation_gib: float
     non_torch_gib: float
     cuda_graph_gib: float
@@ -135,6 +143,9 @@ class PoolPlan(BaseModel):
                 gpu_total_gib=round(m.gpu_total_gib, 2),
                 budget_gib=round(m.budget_gib, 2),
                 weights_gib=round(m.weights_gib, 2),
+                lora_gib=round(m.lora_gib, 2) if m.lora_gib else None,
+                draft_weights_gib=round(m.draft_weights_gib, 2) if m.draft_weights_gib else None,
+                draft_kv_cache_gib=round(m.draft_kv_gib, 2) if m.draft_kv_gib else None,
                 activation_gib=round(m.activation_gib, 2),
                 non_torch_gib=round(m.non_torch_gib, 2),
                 cuda_graph_gib=round(m.cuda_graph_gib, 2),
@@ -417,8 +428,10 @@ def _search(
         measured = " (measured by the engine)" if obs is not None else ""
         if est.kv_cache_gib <= 0:
             notes.append(
-                f"{label}: weights ({est.weights_gib:.2f} GiB per GPU) leave no room "
-                "for the KV cache"
+                f"{label}: weights ({est.weights_gib:.2f} GiB per GPU"
+                + (f", LoRA slots {est.lora_gib:.2f} GiB" if est.lora_gib else "")
+                + (f", draft {est.draft_weights_gib:.2f} GiB" if est.draft_weights_gib else "")
+                + ") leave no room for the KV cache"
             )
         else:
             notes.append(
@@ -521,7 +534,9 @@ def plan_pool(
             if est is not None:
                 pp = nodes
                 break
-    margin, margin_why = kv_error_margin(version, arch)
+    quant = resolve_quantization(arch, intent.quantization)
+    margin, margin_why = kv_error_margin(version, arch, gpu_facts.compute_capability, quant)
+    thin_cell = is_thin_cell(version, gpu_facts.compute_capability, weight_format(quant))
     fidelity: list[str] = []
     within_error = False
     lowered_by_observation = False
@@ -534,7 +549,7 @@ def plan_pool(
     if est is not None and margin > 0 and observed is None:
         # The margin may cost a smaller prefill chunk at the same TP, never more GPUs.
         safe, *_ = search_pool(margin=margin, only_tp=est.args.tensor_parallel_size, pp=pp)
-        fidelity = _fidelity_reasons(safe, est, intent, margin, margin_why)
+        fidelity = _fidelity_reasons(safe, est, intent, margin, margin_why, thin_cell)
         within_error = safe is None
         est = safe or est
     if est is None and not alternatives:
@@ -668,7 +683,7 @@ def plan_pool(
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
-        block_size=args.block_size,
+        block_size=rendered_block_size(arch, version, args.block_size),
         dtype=args.dtype,
         kv_cache_dtype=args.kv_cache_dtype,
         quantization=intent.quantization,
@@ -684,6 +699,9 @@ def plan_pool(
             gpu_total_gib=est.gpu_total_gib,
             budget_gib=est.budget_gib,
             weights_gib=est.weights_gib,
+            lora_gib=est.lora_gib,
+            draft_weights_gib=est.draft_weights_gib,
+            draft_kv_gib=draft_kv_gib(est),
             activation_gib=est.activation_peak_gib,
             non_torch_gib=est.non_torch_gib,
             cuda_graph_gib=est.cuda_graph_gib,
@@ -762,12 +780,15 @@ def _fidelity_reasons(
     intent: PlanIntent,
     margin: float,
     why: str,
+    thin_cell: bool = False,
 ) -> list[str]:
     """Why the plan differs from one that trusts the model exactly (issue #15 item 5).
 
-    Nothing when the margin changed nothing; a note when it cost a smaller prefill chunk; a
-    warning, with the concurrency promised after the margin, when only the margin-less plan fits
-    (the target then rests on the model being right within its error).
+    Nothing when the margin changed nothing (but a note when the margin is the widest one,
+    because the bench has too few rows for this era x GPU family x format, issue #28); a note
+    when it cost a smaller prefill chunk; a warning, with the concurrency promised after the
+    margin, when only the margin-less plan fits (the target then rests on the model being right
+    within its error).
     """
     pct = f"{margin * 100:.0f} %"
     if with_margin is None:
@@ -779,6 +800,8 @@ def _fidelity_reasons(
         ]
     a, b = with_margin.args, bare.args
     if a.max_num_batched_tokens == b.max_num_batched_tokens:
+        if thin_cell:
+            return [f"KV margin {pct} ({why}): the target holds with it"]
         return []
     return [
         f"KV margin {pct} ({why}): max_num_batched_tokens {a.max_num_batched_tokens} instead "
@@ -809,6 +832,31 @@ def _fit_elsewhere(
             label += f" PP={args.pipeline_parallel_size}"
         return label, result.memory.concurrency_at_p99
     return None
+
+
+def rendered_block_size(arch: Architecture, version: str, block_size: int | None) -> int | None:
+    """The block size to render, or None to leave it to vLLM.
+
+    A hybrid's block size is the one vLLM aligns itself (the memory model computes it the same
+    way, hybrid_layout); a release whose parser takes only a few sizes (0.11.0: 1 ... 128)
+    refuses the aligned size on the command line although it runs the model with it (#26: a
+    hybrid on a release that supports it was refused because of the planner's own block size).
+    There it is left out, and vLLM aligns it at startup as the plan assumes.
+    """
+    if block_size is None or not arch.is_hybrid:
+        return block_size
+    spec = flag_spec(version, "--block-size")
+    choices = () if spec is None or spec.choices is None else tuple(map(str, spec.choices))
+    if choices and str(block_size) not in choices:
+        return None
+    return block_size
+
+
+def draft_kv_gib(est: MemoryEstimate) -> float:
+    """The part of the KV cache the speculative draft's layers take, GiB per GPU."""
+    if not est.draft_kv_bytes_per_token or not est.kv_bytes_per_token:
+        return 0.0
+    return round(est.kv_cache_gib * est.draft_kv_bytes_per_token / est.kv_bytes_per_token, 4)
 
 
 def plan_service(

@@ -25,7 +25,7 @@ from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.memory import KV_DTYPES_FP8, EngineArgs, estimate_memory
-from vllm_operator.planning.plan import MemoryBreakdown, PoolPlan
+from vllm_operator.planning.plan import MemoryBreakdown, PoolPlan, draft_kv_gib
 
 MEMORY_FIELDS = frozenset(
     {
@@ -48,12 +48,11 @@ UNMODELLED_FIELDS: Mapping[str, str] = {
     "kv_cache_memory_bytes": "fixes the KV cache size whatever gpu_memory_utilization says",
     "num_gpu_blocks_override": "fixes the number of KV blocks whatever memory is free",
     "cpu_offload_gb": "moves part of the weights to host memory",
-    "data_parallel_size": "runs several engines per replica on GPUs the pool does not request",
 }
 """Planner-owned flags outside the memory model, and what each changes: a user value for one of
 them means the plan's figures no longer hold."""
 
-_NEUTRAL: Mapping[str, Any] = {"cpu_offload_gb": 0, "data_parallel_size": 1}
+_NEUTRAL: Mapping[str, Any] = {"cpu_offload_gb": 0}
 """Values of UNMODELLED_FIELDS that change nothing (vLLM's defaults)."""
 
 _MODELLED_KV_DTYPES = frozenset({"auto", "bfloat16", "float16", *KV_DTYPES_FP8})
@@ -71,9 +70,74 @@ class OverriddenPlan:
     """Planned fields the user set to a value the plan cannot hold (`--max-model-len auto`):
     the renderer leaves the planner's value out and renders the user's flag as written."""
 
+    refusals: tuple[tuple[str, str], ...] = ()
+    """(field path, why) of user values vLLM cannot start with on this pool (the weights or one
+    max_model_len sequence do not fit, more GPUs than the pod has): the pool is refused
+    (InvalidEngineConfig), never rendered."""
+
     @property
     def holds(self) -> bool:
         return not self.problems
+
+
+def _path(flags: Mapping[str, str], name: str) -> str:
+    return f"spec.vllm.extraArgs[{flags.get(name, '--' + name.replace('_', '-'))}]"
+
+
+def static_override_problems(
+    values: Mapping[str, Any],
+    flags: Mapping[str, str],
+    *,
+    max_gpus_per_replica: int,
+    max_nodes_per_replica: int,
+) -> list[tuple[str, str]]:
+    """(field path, why) of planner-owned user values no pod of this spec can start with,
+    whatever the GPU: vLLM's own range for gpu_memory_utilization (CacheConfig: 0 < x <= 1),
+    more tensor x data parallel ranks than GPUs a replica's pod may request, and pipeline
+    stages (one node each, the operator's multi-node layout) where the spec allows one node.
+    """
+    out: list[tuple[str, str]] = []
+    util = values.get("gpu_memory_utilization")
+    if util is not None and (
+        isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1
+    ):
+        out.append(
+            (
+                _path(flags, "gpu_memory_utilization"),
+                f"{util!r} is not a fraction in (0, 1]: vLLM's CacheConfig refuses it",
+            )
+        )
+    tp = values.get("tensor_parallel_size")
+    dp = values.get("data_parallel_size")
+    tp_n = tp if isinstance(tp, int) and not isinstance(tp, bool) else 1
+    dp_n = dp if isinstance(dp, int) and not isinstance(dp, bool) else 1
+    if dp_n > 1:
+        out.append(
+            (
+                _path(flags, "data_parallel_size"),
+                f"{dp_n} engines of tensor_parallel_size {tp_n} need {dp_n * tp_n} GPUs in one "
+                f"pod; the operator's pod requests tensor_parallel_size GPUs (scale with "
+                "spec.replicas instead)",
+            )
+        )
+    elif tp_n > max_gpus_per_replica:
+        out.append(
+            (
+                _path(flags, "tensor_parallel_size"),
+                f"{tp_n} needs {tp_n} GPUs in one pod; spec.placement.maxGPUsPerReplica is "
+                f"{max_gpus_per_replica}",
+            )
+        )
+    pp = values.get("pipeline_parallel_size")
+    if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 and max_nodes_per_replica < pp:
+        out.append(
+            (
+                _path(flags, "pipeline_parallel_size"),
+                f"{pp} pipeline stages run one per node; spec.placement.maxNodesPerReplica is "
+                f"{max_nodes_per_replica} (raise it to {pp} for a multi-node replica)",
+            )
+        )
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -139,6 +203,14 @@ def apply_user_values(
             overrides=tuple(overrides),
             problems=tuple(problems),
             unplanned=frozenset(unplanned),
+            refusals=tuple(
+                static_override_problems(
+                    values,
+                    flags,
+                    max_gpus_per_replica=intent.max_gpus_per_replica,
+                    max_nodes_per_replica=intent.max_nodes_per_replica,
+                )
+            ),
         )
     args = PlannedArgs.model_validate({**planned.model_dump(), **changed})
     reasons = [
@@ -146,12 +218,23 @@ def apply_user_values(
         "(allowPlannerOverride)"
         for o in overrides
     ]
+    refusals = list(
+        static_override_problems(
+            values,
+            flags,
+            max_gpus_per_replica=intent.max_gpus_per_replica,
+            max_nodes_per_replica=intent.max_nodes_per_replica,
+        )
+    )
     tp = args.tensor_parallel_size
-    if "tensor_parallel_size" in changed and tp > intent.max_gpus_per_replica:
-        problems.append(
-            f"tensor_parallel_size {tp} needs {tp} GPUs of one node; the pool allows "
-            f"{intent.max_gpus_per_replica} (spec.placement.maxGPUsPerReplica and the GPUs of "
-            "one node): its pods cannot be scheduled"
+    if "tensor_parallel_size" in changed and tp > intent.max_gpus_per_replica and not refusals:
+        refusals.append(
+            (
+                _path(flags, "tensor_parallel_size"),
+                f"{tp} needs {tp} GPUs of one node; the pool allows "
+                f"{intent.max_gpus_per_replica} (spec.placement.maxGPUsPerReplica and the GPUs "
+                "of one node): its pods cannot be scheduled",
+            )
         )
     memory = plan.memory
     if changed.keys() & MEMORY_FIELDS:
@@ -161,7 +244,10 @@ def apply_user_values(
                 f"{', '.join(sorted(_MODELLED_KV_DTYPES))})"
             )
         else:
-            recomputed, why = _recompute(plan, args, intent, arch, gpu, measured_free_mib)
+            recomputed, why, refused = _recompute(plan, args, intent, arch, gpu, measured_free_mib)
+            if refused:
+                memory_flags = sorted(changed.keys() & MEMORY_FIELDS)
+                refusals.append((_path(flags, memory_flags[0]), refused))
             if recomputed is None:
                 problems.append(why)
             else:
@@ -188,6 +274,7 @@ def apply_user_values(
         overrides=tuple(overrides),
         problems=tuple(problems),
         unplanned=frozenset(unplanned),
+        refusals=tuple(refusals),
     )
 
 
@@ -198,8 +285,9 @@ def _recompute(
     arch: Architecture,
     gpu: GpuFacts,
     measured_free_mib: float | None,
-) -> tuple[MemoryBreakdown | None, str]:
-    """The breakdown of `args` by the forward memory model, or None and why it cannot be."""
+) -> tuple[MemoryBreakdown | None, str, str]:
+    """The breakdown of `args` by the forward memory model, or None and why it cannot be; the
+    third item says why vLLM would not start with `args` (empty: it would)."""
     try:
         est = estimate_memory(
             arch,
@@ -220,11 +308,14 @@ def _recompute(
             ),
         )
     except (PlanningInputError, ValidationError, ValueError) as exc:
-        return None, f"the memory model cannot estimate the overridden arguments: {exc}"
+        return None, f"the memory model cannot estimate the overridden arguments: {exc}", ""
     memory = MemoryBreakdown(
         gpu_total_gib=est.gpu_total_gib,
         budget_gib=est.budget_gib,
         weights_gib=est.weights_gib,
+        lora_gib=est.lora_gib,
+        draft_weights_gib=est.draft_weights_gib,
+        draft_kv_gib=draft_kv_gib(est),
         activation_gib=est.activation_peak_gib,
         non_torch_gib=est.non_torch_gib,
         cuda_graph_gib=est.cuda_graph_gib,
@@ -237,10 +328,28 @@ def _recompute(
         else 0.0,
         budget_source=plan.memory.budget_source,
     )
-    return memory, (
-        f"memory recomputed with the overridden arguments: KV {memory.kv_cache_tokens} tokens "
-        f"({memory.concurrency_at_p99:.1f} x P99)"
+    refused = ""
+    if not est.fits:
+        refused = next(
+            (r for r in est.reasons if r.startswith(("no memory left", "max_model_len "))),
+            "no KV cache fits",
+        )
+        if "vLLM" not in refused:
+            refused += ": vLLM would not start"
+    return (
+        memory,
+        (
+            f"memory recomputed with the overridden arguments: KV {memory.kv_cache_tokens} "
+            f"tokens ({memory.concurrency_at_p99:.1f} x P99)"
+        ),
+        refused,
     )
 
 
-__all__ = ["MEMORY_FIELDS", "UNMODELLED_FIELDS", "OverriddenPlan", "apply_user_values"]
+__all__ = [
+    "MEMORY_FIELDS",
+    "UNMODELLED_FIELDS",
+    "OverriddenPlan",
+    "apply_user_values",
+    "static_override_problems",
+]

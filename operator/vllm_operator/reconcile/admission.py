@@ -5,9 +5,9 @@ Why at admission and not only in status: a GitOps pipeline syncs an infeasible o
 server-side dry-run in a diff / sync preview) puts the planner's reasons in front of the author.
 
 `review` is the decision: a pure function of the object, the GPU inventory and an architecture
-resolver. It runs the reconcile's own steps (`check_service`, `prepare_service`, `plan_pools`),
-so a denial is exactly what the reconcile would report in status, and it only refuses what can
-never run:
+resolver. It runs the admission chain (reconcile.admission_chain) through the reconcile's own
+steps (`check_object`, `prepare_service`, `plan_pools`), so a denial is exactly what the
+reconcile would report in status, and it only refuses what can never run:
 
 - the spec is invalid, or the pinned vLLM version rejects the flags → denied (field paths and the
   version facts are in the messages of the shared checks);
@@ -30,12 +30,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_operator.api.manifests import ServiceInvalid, check_service
+from vllm_operator.api.manifests import ServiceInvalid
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError, lookup_architecture
 from vllm_operator.catalog.vllm.errors import UnknownVersionError
 from vllm_operator.catalog.vllm.releases import argv_flags, flag_changes
+from vllm_operator.reconcile.admission_chain import check_object
 from vllm_operator.reconcile.inventory import GpuNodeGroup
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
@@ -102,7 +103,7 @@ def review(
     if old is not None and old.get("spec") == obj.get("spec"):
         return Verdict(allowed=True)
     try:
-        service = check_service({k: v for k, v in obj.items() if k != "status"})
+        service = check_object({k: v for k, v in obj.items() if k != "status"})
     except ServiceInvalid as exc:
         return Verdict(
             allowed=False,

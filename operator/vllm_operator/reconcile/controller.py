@@ -9,24 +9,27 @@ makes zero write calls, and a restart in the middle of a rollout simply continue
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from vllm_operator.api import ScalingMode, VLLMService, VLLMServiceStatus
-from vllm_operator.api.manifests import ServiceInvalid, check_service
+from vllm_operator.api.manifests import ServiceInvalid
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
+from vllm_operator.api.status import Observation
 from vllm_operator.kube.gateway import (
     POOL_KINDS,
     ConflictError,
+    GatewayError,
     Kind,
     KubeGateway,
     Obj,
 )
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.admission import BoundedResolver, Verdict, review
+from vllm_operator.reconcile.admission_chain import check_object
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.canary import gate as canary_gate
 from vllm_operator.reconcile.diff import needs_apply
@@ -41,6 +44,7 @@ from vllm_operator.reconcile.failures import (
     one_line,
 )
 from vllm_operator.reconcile.inventory import GpuNodeGroup, canonical_label, group_gpu_nodes
+from vllm_operator.reconcile.observed import fleet_members, fleet_observations
 from vllm_operator.reconcile.pools import (
     ArchitectureResolver,
     PlanCache,
@@ -433,7 +437,7 @@ class Controller:
         try:
             # The validation `validate`, `plan` and `render` use (strict, as the API server's
             # decoder types values); status is the operator's own and parsed apart.
-            service = check_service({k: v for k, v in body.items() if k != "status"})
+            service = check_object({k: v for k, v in body.items() if k != "status"})
         except ServiceInvalid as exc:
             problems = "; ".join(str(p) for p in exc.problems)
             status = rejected_status(old_status, Reason.INVALID_SPEC, problems, now, generation)
@@ -463,7 +467,7 @@ class Controller:
             budgets.usable_mib,
             old_status.overrides,
             plans=self.plans,
-            observations=old_status.observations,
+            observations=self._fleet_observations(service, old_status.observations),
         )
         note = budget_note(service, budgets)
 
@@ -596,6 +600,20 @@ class Controller:
             self.scheduler.call_later(
                 (namespace, name), exc.delay, lambda: self._reconcile_quietly(namespace, name)
             )
+
+    def _fleet_observations(
+        self, service: VLLMService, own: Sequence[Observation]
+    ) -> list[Observation]:
+        """The service's own measurements plus those of the cluster's other services with the
+        same engine configuration (reconcile/observed.py fleet_observations). Sharing is an
+        improvement, never a reason to fail: a list the API refuses plans from its own."""
+        try:
+            bodies = self.gw.list_services()
+        except GatewayError as exc:
+            log.debug("Skipped fleet observations service=%s error=%s", service.name, exc)
+            return list(own)
+        members = fleet_members(bodies, service.namespace, service.name, service.spec.model.name)
+        return fleet_observations(service.spec, own, members)
 
     def _nodes(self) -> list[Obj]:
         if self._node_cache_seconds <= 0:

@@ -10,6 +10,9 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
 
 from vllm_operator.api.conditions import ConditionStatus
 from vllm_operator.api.engine_args import PlannedArgs
@@ -23,6 +26,7 @@ from vllm_operator.api.status import (
     Override,
     PoolPlan,
     PoolStatus,
+    VLLMServiceStatus,
 )
 from vllm_operator.planning.intent import ObservedKv
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION
@@ -263,3 +267,98 @@ def plan_deviation(
         Reason.KV_CAPACITY_BELOW_PLAN if below else Reason.KV_CAPACITY_ABOVE_PLAN,
         f"{text}; beyond the {threshold:g} % threshold: the plan uses the measured capacity",
     )
+
+
+# ------------------------------------------------------- sharing across the cluster's services (#28)
+
+SHARED_SOURCE_SUFFIX = " of VLLMService "
+"""Appended to an observation's source when it was measured by another service's engines: the
+plan's reason then names the service it learned from."""
+
+
+class FleetMember:
+    """Another VLLMService of the cluster as far as sharing its measurements is concerned."""
+
+    __slots__ = ("namespace", "name", "spec", "observations")
+
+    def __init__(
+        self, namespace: str, name: str, spec: VLLMServiceSpec, observations: Sequence[Observation]
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.spec = spec
+        self.observations = tuple(observations)
+
+
+def same_engine_configuration(a: VLLMServiceSpec, b: VLLMServiceSpec) -> bool:
+    """Whether two services' engines run the same memory-relevant configuration beyond the
+    observation key (model, revision, GPU type, version, TP, context, utilisation, block size,
+    KV-cache dtype, dtype, quantization, eager): the same extra flags (LoRA, speculative
+    decoding, CPU offload, a compilation config all move the KV budget), the same environment
+    (an attention backend or allocator setting does too) and the same image."""
+    return (
+        a.model.name == b.model.name
+        and a.model.revision == b.model.revision
+        and a.vllm.extra_args == b.vllm.extra_args
+        and sorted((e.name, e.value) for e in a.vllm.env)
+        == sorted((e.name, e.value) for e in b.vllm.env)
+        and a.vllm.image == b.vllm.image
+    )
+
+
+def fleet_observations(
+    spec: VLLMServiceSpec, own: Sequence[Observation], others: Iterable[FleetMember]
+) -> list[Observation]:
+    """The observations a service plans from: its own, then those other services of the cluster
+    measured for keys it has not measured itself, when their engine configuration is the same
+    (`same_engine_configuration`). A shared entry's source names the service that measured it;
+    of several services with the same key, the smallest capacity is taken (the safe one). Only
+    the planner's input: a service's status keeps its own measurements."""
+    shared: list[Observation] = []  # keys are pydantic models: compared, not hashed
+    for member in sorted(others, key=lambda m: (m.namespace, m.name)):
+        if not same_engine_configuration(spec, member.spec):
+            continue
+        for obs in member.observations:
+            if any(o.key == obs.key for o in own) or SHARED_SOURCE_SUFFIX in obs.source:
+                continue
+            source = f"{obs.source}{SHARED_SOURCE_SUFFIX}{member.namespace}/{member.name}"
+            entry = obs.model_copy(update={"source": source})
+            before = next((i for i, o in enumerate(shared) if o.key == obs.key), None)
+            if before is None:
+                shared.append(entry)
+            elif obs.kv_cache_tokens < shared[before].kv_cache_tokens:
+                shared[before] = entry
+    return [*own, *shared]
+
+
+def fleet_members(
+    bodies: Iterable[dict[str, Any]], namespace: str, name: str, model: str | None = None
+) -> list[FleetMember]:
+    """The cluster's other VLLMServices (listed objects) with their specs and measurements;
+    objects whose spec or status does not parse, and the service itself, are left out.
+
+    `model`: only services of this model are parsed (a reconcile reads every listed service;
+    most measured none of its model, and skipping them before validation keeps it cheap)."""
+    members: list[FleetMember] = []
+    for body in bodies:
+        meta = body.get("metadata") or {}
+        ns, nm = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        raw = (body.get("status") or {}).get("observations")
+        if (ns, nm) == (namespace, name) or not raw:
+            continue
+        if model is not None and _model_name(body) != model:
+            continue
+        try:
+            spec = VLLMServiceSpec.model_validate(body.get("spec") or {})
+            status = VLLMServiceStatus.model_validate(body.get("status") or {})
+        except ValidationError:
+            continue
+        members.append(FleetMember(ns, nm, spec, status.observations))
+    return members
+
+
+def _model_name(body: dict[str, Any]) -> Any:
+    """spec.model.name of a listed object, None when the object is not shaped like one."""
+    spec = body.get("spec")
+    found = spec.get("model") if isinstance(spec, dict) else None
+    return found.get("name") if isinstance(found, dict) else None

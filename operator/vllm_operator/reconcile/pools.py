@@ -1,16 +1,17 @@
 """Plan and render the pools of one VLLMService (no I/O beyond the injected resolver).
 
-`prepare_service` checks what must hold before any pool is planned (a supported vLLM version,
-valid extra flags, a known architecture) and raises ServiceRejected with a condition reason; its
-pure part, `check_service_rules`, is what the CLI's `validate` shares with the controller.
-`plan_pools` plans every allowed GPU type present in the cluster and renders its Deployment.
+`prepare_service` runs the admission chain's service and model steps (reconcile.admission_chain:
+a supported vLLM version, valid extra flags, a known architecture the release registers) and
+raises ServiceRejected with a condition reason; its pure part, `check_service_rules`, is what the
+CLI's `validate` shares with the controller. `plan_pools` plans every allowed GPU type present in
+the cluster, runs the chain's pool steps on each plan and renders its Deployment.
 The same two functions back the controller and `vllm-operator render`, so what a GitOps review
 shows is what the operator applies.
 """
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,11 +24,20 @@ from vllm_operator.catalog.architectures import Architecture, UnknownModelError
 from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
 from vllm_operator.catalog.vllm.values import extra_arg_fields, extra_arg_values
 from vllm_operator.planning.alternatives import Infeasible
-from vllm_operator.planning.engine_rules import Violation, check_engine_rules
 from vllm_operator.planning.host_memory import plan_host_memory
 from vllm_operator.planning.intent import PlanIntent
-from vllm_operator.planning.plan import PlanResult, plan_pool
-from vllm_operator.planning.user_overrides import apply_user_values
+from vllm_operator.planning.plan import PlanResult, PoolPlan, plan_pool
+from vllm_operator.planning.user_overrides import OverriddenPlan, apply_user_values
+from vllm_operator.reconcile.admission_chain import (
+    PoolSubject,
+    Refusal,
+    ServiceRejected,
+    check_model_steps,
+    check_pool_steps,
+    check_service_steps,
+    engine_config_message,
+    origins_of,
+)
 from vllm_operator.reconcile.inventory import (
     GpuNodeGroup,
     canonical_label,
@@ -38,11 +48,9 @@ from vllm_operator.reconcile.observed import planner_observations
 from vllm_operator.remediation.overrides import effective_args
 from vllm_operator.rendering.args import (
     ArgsRejected,
-    check_version,
     container_for,
     engine_argv,
     multinode_argv,
-    validate_extra_args,
 )
 from vllm_operator.rendering.names import (
     ANNOTATION_GPU_TYPE,
@@ -58,15 +66,6 @@ class ArchitectureResolver(Protocol):
     """Finds a model's architecture (inline override, catalog, Hub)."""
 
     def resolve(self, service: VLLMService) -> Architecture: ...
-
-
-class ServiceRejected(Exception):
-    """The service cannot be planned at all; `reason` becomes the Feasible condition's reason."""
-
-    def __init__(self, reason: Reason, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -108,46 +107,38 @@ class PoolOutcome:
 
 
 def check_service_rules(service: VLLMService) -> None:
-    """The pure part of prepare_service: the pinned version is supported and accepts the extra
-    flags. `validate`, `plan` and `render` call it too, so they refuse what the operator would."""
-    spec = service.spec
-    try:
-        check_version(spec.vllm.version)
-        validate_extra_args(
-            spec.vllm.version, spec.vllm.extra_args, spec.vllm.allow_planner_override
-        )
-    except ArgsRejected as exc:
-        raise ServiceRejected(exc.reason, str(exc)) from exc
-    # Rules the extra flags break on their own, whatever the plan (the pools check the rest).
-    values = extra_arg_values(spec.vllm.version, spec.vllm.extra_args)
-    violations = check_engine_rules(spec.vllm.version, values)
-    if violations:
-        raise ServiceRejected(
-            Reason.INVALID_ENGINE_CONFIG,
-            "spec.vllm.extraArgs: "
-            + engine_config_message(violations, _origins(spec.vllm.extra_args, spec.vllm.version)),
-        )
-
-
-def _origins(extra: dict[str, str], version: str) -> dict[str, str]:
-    """Where each engine field of a rule came from: an extraArgs key, else the plan."""
-    return {name: f"extraArgs {flag}" for flag, name in extra_arg_fields(version, extra).items()}
-
-
-def engine_config_message(violations: Sequence[Violation], origins: dict[str, str]) -> str:
-    """Every broken rule, quoted, with its vLLM source and where each value came from."""
-    return "; ".join(v.describe(origins) for v in violations)
+    """The pure part of prepare_service: the admission chain's service steps (the pinned version
+    is supported and accepts the extra flags, overrides the pod can run). `validate`, `plan` and
+    `render` call it too, so they refuse what the operator would."""
+    check_service_steps(service)
 
 
 def prepare_service(service: VLLMService, resolver: ArchitectureResolver) -> PreparedService:
-    """Check the version, the extra flags and the model before planning anything."""
+    """The chain's service steps, the model's architecture, then the chain's model steps."""
     spec = service.spec
     check_service_rules(service)
     try:
         arch = resolver.resolve(service)
     except UnknownModelError as exc:
         raise ServiceRejected(Reason.UNKNOWN_MODEL, str(exc)) from exc
+    check_model_steps(service, arch)
     return PreparedService(service=service, arch=arch, intent=PlanIntent.from_spec(spec))
+
+
+__all__ = [
+    "ArchitectureResolver",
+    "PlanCache",
+    "PoolOutcome",
+    "PreparedService",
+    "ServiceRejected",
+    "attach_live",
+    "check_service_rules",
+    "engine_config_message",
+    "plan_pools",
+    "pool_refusal",
+    "prepare_service",
+    "user_values",
+]
 
 
 _PlanKey = tuple[PlanIntent, GpuFacts, Architecture, float | None, tuple[GpuFacts, ...]]
@@ -346,18 +337,7 @@ def _plan_group(
         )
     # The user's values for planner-owned flags (allowPlannerOverride) replace the planner's,
     # and the memory figures are recomputed with them (planning.user_overrides).
-    version = spec.vllm.version
-    values = extra_arg_values(version, spec.vllm.extra_args)
-    fields = {name: flag for flag, name in extra_arg_fields(version, spec.vllm.extra_args).items()}
-    overridden = apply_user_values(
-        result,
-        values,
-        fields,
-        intent=intent,
-        arch=prepared.arch,
-        gpu=facts,
-        measured_free_mib=measured,
-    )
+    overridden = user_values(prepared, result, intent, facts, measured)
     result = overridden.plan
     allocatable = group.allocatable_memory_mib
     host = plan_host_memory(
@@ -383,22 +363,20 @@ def _plan_group(
     replicas = None if external else (effective.replicas or spec.replicas)
     # A user value the plan cannot hold (--max-model-len auto) is rendered from extraArgs.
     rendered = {k: None if k in overridden.unplanned else v for k, v in args.rendered().items()}
-    config = {**values, **{k: v for k, v in rendered.items() if v is not None}}
-    violations = check_engine_rules(version, config, engine=result.engine)
-    if violations:
-        origins = _origins(spec.vllm.extra_args, version)
-        origins.update({k: "the plan" for k in rendered if k not in origins})
+    # Pipeline stages across nodes: one pod per node of a LeaderWorkerSet group.
+    nodes = args.pipeline_parallel_size or 1
+    # The admission chain's pool steps: never render an engine known not to start.
+    refusal = pool_refusal(prepared, group.product, overridden, rendered, result.engine)
+    if refusal is not None:
         return PoolOutcome(
             gpu_type=group.product,
             product=group.product,
             feasible=False,
-            reason=Reason.INVALID_ENGINE_CONFIG,
-            message=engine_config_message(violations, origins),
+            reason=refusal.reason,
+            message=refusal.message,
             deployment_name=name,
             unavailable=unavailable,
         )
-    # Pipeline stages across nodes: one pod per node of a LeaderWorkerSet group.
-    nodes = args.pipeline_parallel_size or 1
     try:
         argv = engine_argv(
             spec.vllm.version,
@@ -484,6 +462,60 @@ def _plan_group(
             f"Applied plan {status_plan.hash} to {deployment['kind']} {name}{applied_overrides}: "
             f"{summary}"
         ),
+    )
+
+
+def user_values(
+    prepared: PreparedService,
+    plan: PoolPlan,
+    intent: PlanIntent,
+    facts: GpuFacts,
+    measured_free_mib: float | None = None,
+) -> OverriddenPlan:
+    """`plan` with the spec's allowPlannerOverride values, as rendered: shared by `plan_pools`
+    and `vllm-operator plan`, so the plan printed is the one that runs."""
+    spec = prepared.service.spec
+    version = spec.vllm.version
+    values = extra_arg_values(version, spec.vllm.extra_args)
+    fields = {name: flag for flag, name in extra_arg_fields(version, spec.vllm.extra_args).items()}
+    return apply_user_values(
+        plan,
+        values,
+        fields,
+        intent=intent,
+        arch=prepared.arch,
+        gpu=facts,
+        measured_free_mib=measured_free_mib,
+    )
+
+
+def pool_refusal(
+    prepared: PreparedService,
+    gpu_type: str,
+    overridden: OverriddenPlan,
+    rendered: Mapping[str, object],
+    engine: Any,
+) -> Refusal | None:
+    """The admission chain's pool steps for one plan: `rendered` is every planned engine field
+    as it would be rendered (None: left to extraArgs), with the user's and remediation's values."""
+    spec = prepared.service.spec
+    version = spec.vllm.version
+    values = extra_arg_values(version, spec.vllm.extra_args)
+    config = {**values, **{k: v for k, v in rendered.items() if v is not None}}
+    origins = origins_of(spec.vllm.extra_args, version)
+    origins.update({k: "the plan" for k in rendered if k not in origins})
+    pp = rendered.get("pipeline_parallel_size")
+    return check_pool_steps(
+        PoolSubject(
+            service=prepared.service,
+            arch=prepared.arch,
+            gpu_type=gpu_type,
+            overridden=overridden,
+            config=config,
+            origins=origins,
+            engine=engine,
+            nodes=pp if isinstance(pp, int) and pp > 1 else 1,
+        )
     )
 
 

@@ -56,6 +56,10 @@ class CountingGateway:
         self._read("list:Pod")
         return self.inner.list_pods(namespace, selector)
 
+    def list_services(self, namespace: str | None = None) -> list[Obj]:
+        self._read("list:VLLMService")
+        return self.inner.list_services(namespace)
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         self._read("get:Secret")
         return self.inner.read_secret_key(namespace, name, key)

@@ -11,8 +11,10 @@ and the operator always read a crash the same way. Classes (docs/operations.md, 
 * ``startup-free-memory``: V1 0.9.1+ "Free memory on device [cuda:N] (F/T GiB) on startup is less
   than desired GPU memory utilization (u, R GiB)": another process holds GPU memory.
 * ``startup-cuda-oom`` / ``runtime-cuda-oom``: CUDA out of memory (torch.OutOfMemoryError,
-  "CUDA out of memory", "CUDA error: out of memory") while loading, profiling or capturing CUDA
-  graphs, or in a forward pass after the server had started.
+  "CUDA out of memory", "CUDA error: out of memory", driver-level "CUDA driver error: out of
+  memory" and CUBLAS_STATUS_ALLOC_FAILED, vLLM's "Failed to load model - not enough GPU memory")
+  while loading, profiling or capturing CUDA graphs, or in a forward pass after the server had
+  started.
 * ``host-oom``: host RAM ran out: the kernel's cgroup killer (container reason OOMKilled, or exit
   137 with no other explanation), the kernel's "Out of memory: Killed process", or Ray's memory
   monitor. Never a GPU problem: GPU arguments cannot help.
@@ -24,7 +26,9 @@ and the operator always read a crash the same way. Classes (docs/operations.md, 
 
 Startup vs runtime comes from the pod's history first (was the container Ready before it died)
 and, without it, from the log: startup frames around the error (load_model, profile_run,
-determine_available_memory, capture_model, "EngineCore failed to start") mean startup; a server
+determine_available_memory, capture_model, "Failed to load model", "WorkerProc failed to start",
+"EngineCore failed to start") mean startup, unless a sign of a started server lies between the
+frames and the error (frames after the error, its own traceback, always count); a server
 that had started (Application startup complete, request logs, throughput lines) or engine-dead
 wrappers (AsyncLLM output_handler failed, EngineDeadError, background loop errored) mean runtime.
 
@@ -223,7 +227,13 @@ _FREE_MEMORY = re.compile(
     re.IGNORECASE,
 )
 _CUDA_OOM = re.compile(
-    r"(torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory|CUDA error: out of memory)",
+    r"(torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|"
+    # Driver-level allocations (the CUDA driver API behind expandable segments, vLLM's cumem
+    # allocator for sleep mode, custom ops): the same GPU memory, another wording.
+    r"CUDA driver error: out of memory|cuda runtime error \(2\) : out of memory|"
+    r"CUBLAS_STATUS_ALLOC_FAILED|"
+    # vLLM's own wrapper around a weight-loading OOM (gpu_model_runner.load_model, 0.10+).
+    r"Failed to load model - not enough GPU memory)",
     re.IGNORECASE,
 )
 _TORCH_NUMBERS = re.compile(
@@ -271,7 +281,7 @@ _OTHER = [
         "engine-init-failed",
         re.compile(
             r"Engine core initialization failed|EngineCore failed to start|Engine process failed "
-            r"to start",
+            r"to start|WorkerProc failed to start",
             re.IGNORECASE,
         ),
     ),
@@ -280,6 +290,8 @@ _EXCEPTION_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)):\s+[^\n]{1,200}")
 
 _STARTUP_FRAMES = re.compile(
     r"(load_model|load_weights|profile_run|determine_available_memory|"
+    r"Failed to load model|WorkerProc failed to start|process_weights_after_loading|"
+    r"marlin_repack|_init_executor|Exception in worker \w+ while processing method|"
     r"determine_num_available_blocks|initialize_cache|_initialize_kv_caches|"
     r"initialize_from_config|init_device|capture_model|_dummy_run|_dummy_sampler_run|"
     r"EngineCore failed to start|Engine core initialization failed|Engine process failed to start|"
@@ -324,10 +336,29 @@ def _search(
     return None
 
 
+def _startup_window(text: str, m: re.Match[str]) -> str | None:
+    """The text around an error that shows it happened at startup, or None.
+
+    Startup frames after the error (its traceback, the "failed to start" wrappers) always count.
+    Frames before it count only when no sign of a started server (_SERVING) lies between them and
+    the error: a log that loaded the model, served, and then ran out keeps its old load lines.
+    """
+    start = max(0, m.start() - _WINDOW)
+    after = text[m.start() : m.end() + _WINDOW]
+    if _STARTUP_FRAMES.search(after):
+        return text[start : m.end() + _WINDOW]
+    before = text[start : m.start()]
+    frames = list(_STARTUP_FRAMES.finditer(before))
+    if not frames:
+        return None
+    if _SERVING.search(before, frames[-1].end()):
+        return None
+    return text[start : m.end() + _WINDOW]
+
+
 def _log_phase(text: str, m: re.Match[str]) -> tuple[Phase | None, bool]:
     """Startup vs runtime from the text around a CUDA OOM, and whether graph capture ran out."""
-    window = text[max(0, m.start() - _WINDOW) : m.end() + _WINDOW]
-    if _STARTUP_FRAMES.search(window):
+    if (window := _startup_window(text, m)) is not None:
         return Phase.STARTUP, bool(_GRAPH_CAPTURE.search(window))
     if _SERVING.search(text):
         return Phase.RUNTIME, False
@@ -443,8 +474,7 @@ def _history_phase(history: PodHistory | None) -> Phase | None:
 
 
 def _other_phase(text: str, m: re.Match[str]) -> Phase | None:
-    window = text[max(0, m.start() - _WINDOW) : m.end() + _WINDOW]
-    if _STARTUP_FRAMES.search(window):
+    if _startup_window(text, m) is not None:
         return Phase.STARTUP
     if _SERVING.search(text):
         return Phase.RUNTIME

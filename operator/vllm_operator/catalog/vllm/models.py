@@ -43,7 +43,12 @@ class JsonValueSpec(_Frozen):
     """
 
     parse: Literal["dataclass", "json", "json_or_str"]
-    config: str | None = None
+    config: str | None = Field(
+        default=None,
+        description="The config class the value is validated against: by the parser "
+        "(dataclass), or by the engine at startup for a json dict it builds one from "
+        "(--speculative-config -> SpeculativeConfig(**value), keys' '-' read as '_').",
+    )
     expects: tuple[JsonKind, ...] = ()
     human_numbers: bool = False
 
@@ -55,6 +60,11 @@ class FieldSpec(_Frozen):
 
     types: tuple[JsonKind, ...]
     enum: tuple[Any, ...] | None = None
+    enum_ignore_case: bool = Field(
+        default=False,
+        description="The class's validator looks Enum member names up case-insensitively "
+        "(CUDAGraphMode[value.upper()]): a string matches an enum entry in any case.",
+    )
     config: str | None = None
     deprecation: str | None = None
     default: Any = None

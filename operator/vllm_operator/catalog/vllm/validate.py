@@ -230,6 +230,14 @@ def _kind_accepted(value: object, types: Sequence[str]) -> bool:
     return False
 
 
+def _in_enum(value: object, allowed: Sequence[object], ignore_case: bool) -> bool:
+    if value in allowed:
+        return True
+    if ignore_case and isinstance(value, str):
+        return value.upper() in {str(e).upper() for e in allowed if isinstance(e, str)}
+    return False
+
+
 def _key_history(version: str, config: str, key: str) -> str:
     """`` (accepted up to 0.17.1; renamed to "mode"?)`` from the other releases' classes.
 
@@ -291,7 +299,7 @@ def _object_problems(
         if (
             field.enum is not None
             and _json_kind(value) in ("str", "int")
-            and value not in field.enum
+            and not _in_enum(value, field.enum, field.enum_ignore_case)
             and any(_json_kind(e) == _json_kind(value) for e in field.enum)
         ):
             out.append(
@@ -328,6 +336,15 @@ def _check_json(flag: str, jv: JsonValueSpec, value: str, version: str) -> str |
                 f"{flag} expects a JSON {' or '.join(jv.expects)} in vLLM {version}, got "
                 f"{value!r} (the parser takes it, the engine configuration then fails at start)"
             )
+        if jv.config is not None and isinstance(parsed, dict):
+            # The engine builds the config class from the dict at startup (keys' '-' as '_').
+            keyed = {str(k).replace("-", "_"): v for k, v in parsed.items()}
+            found = _object_problems(flag, version, jv.config, keyed)
+            if found:
+                return "; ".join(
+                    f"{m} (the parser takes it, the engine configuration then fails at start)"
+                    for m in found
+                )
         return None
     if not isinstance(parsed, dict):
         return f"{flag} expects a JSON object ({jv.config}) in vLLM {version}, got {value!r}"
@@ -595,8 +612,8 @@ def _collision(primary: str, token: str, allow_planner_override: bool) -> Proble
         return Problem(
             flag=token,
             message=(
-                f"{token} is computed by the planner; set allowPlannerOverride to override it "
-                "(the memory plan may then be wrong)"
+                f"{token} is computed by the planner; set spec.vllm.allowPlannerOverride to "
+                "override it (the memory plan may then be wrong)"
             ),
         )
     return None
