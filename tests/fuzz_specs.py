@@ -244,7 +244,20 @@ MUTATIONS: list[tuple[str, st.SearchStrategy[Any]]] = [
     (
         "spec.rollout",
         st.fixed_dictionaries(
-            {}, optional={"maxSurge": st.integers(0, 2), "maxUnavailable": st.integers(0, 2)}
+            {},
+            optional={
+                "maxSurge": st.integers(0, 2),
+                "maxUnavailable": st.integers(0, 2),
+                "canary": st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "enabled": st.booleans(),
+                        "observationSeconds": st.one_of(
+                            st.integers(0, 600), st.sampled_from([-1, 86_400, 86_401])
+                        ),
+                    },
+                ),
+            },
         ),
     ),
 ]

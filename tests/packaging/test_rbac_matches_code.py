@@ -39,6 +39,8 @@ METHODS: dict[str, set[Grant]] = {
         ("policy", "poddisruptionbudgets", "create"),
     },
     "list_namespaced_pod": {("", "pods", "list")},
+    # placement.strategy Preferred without a synced cache: one list of bound pods (#29)
+    "list_pod_for_all_namespaces": {("", "pods", "list")},
     "patch_namespaced_pod": {("", "pods", "patch")},
     "read_namespaced_pod_log": {("", "pods/log", "get")},
     "create_namespaced_pod_eviction": {("", "pods/eviction", "create")},
@@ -57,7 +59,12 @@ METHODS: dict[str, set[Grant]] = {
         ("serving.vllm-operator.dev", "vllmservices", "get"),
         ("leaderworkerset.x-k8s.io", "leaderworkersets", "get"),
     },
-    "list_namespaced_custom_object": {("leaderworkerset.x-k8s.io", "leaderworkersets", "list")},
+    "list_namespaced_custom_object": {
+        ("leaderworkerset.x-k8s.io", "leaderworkersets", "list"),
+        # the fleet's shared observations without a synced cache (#28)
+        ("serving.vllm-operator.dev", "vllmservices", "list"),
+    },
+    "list_cluster_custom_object": {("serving.vllm-operator.dev", "vllmservices", "list")},
     "patch_namespaced_custom_object": {
         ("leaderworkerset.x-k8s.io", "leaderworkersets", "patch"),
         ("leaderworkerset.x-k8s.io", "leaderworkersets", "create"),

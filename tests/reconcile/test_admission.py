@@ -235,3 +235,24 @@ def test_update_that_keeps_the_spec_is_admitted_without_a_plan() -> None:
     # A changed spec on update is checked like a create.
     new["spec"]["workload"]["concurrency"] = 64
     assert not review(new, inventory(L4, T4), RESOLVER, old=old).allowed
+
+
+def test_a_version_change_warns_with_the_new_plans_numbers_and_the_changed_flags() -> None:
+    old = example("qwen2.5-7b-awq-t4.yaml")  # pins 0.11.0
+    old["spec"]["vllm"]["extraArgs"] = {"--disable-log-requests": ""}
+    old["status"] = {
+        "pools": [{"gpuType": "Tesla-T4", "plan": {"memory": {"kvCacheTokens": 126208}}}]
+    }
+    new = copy.deepcopy(old)
+    new["spec"]["vllm"]["version"] = "0.33.0"
+    del new["status"]
+    verdict = review(new, inventory(T4), RESOLVER, old=old)
+    assert verdict.allowed
+    text = " | ".join(verdict.warnings)
+    assert "vLLM 0.11.0 -> 0.33.0 on Tesla-T4: KV cache tokens 126208 -> " in text
+    assert "plan FILE --vllm-version 0.33.0" in text
+    assert "--disable-log-requests -> spelling of --enable-log-requests" in text
+    # The same version: no upgrade warning.
+    same = copy.deepcopy(old)
+    same["spec"]["workload"]["concurrency"] = 2
+    assert not any("->" in w for w in review(same, inventory(T4), RESOLVER, old=old).warnings)

@@ -80,7 +80,10 @@ def test_the_chain_is_ordered_by_stage() -> None:
 STEP_FUNCTIONS: dict[str, dict[str, str]] = {
     "check_version": {},
     "validate_extra_args": {"rendering/args.py": "engine_argv renders the checked flags"},
-    "check_engine_rules": {"cli/check_args.py": "check-args judges a raw argv, not a spec"},
+    "check_engine_rules": {
+        "cli/check_args.py": "check-args judges a raw argv, not a spec",
+        "cli/upgrade.py": "the upgrade preview compares two releases' rules on one plan",
+    },
     "adapters_from_extra_args": {
         "planning/intent.py": "the planner's input, not a check",
         "cli/estimate.py": "estimate reads raw flags, not a spec",

@@ -76,6 +76,11 @@ class Reason(StrEnum):
     )
     ROLLING_OUT = "RollingOut", "A pool's Deployment is rolling out its current plan."
     ROLLOUT_COMPLETE = "RolloutComplete", "Every pool runs its current plan."
+    CANARY_OBSERVING = (
+        "CanaryObserving",
+        "A new plan runs on one canary pod (or group) and is watched before the rest of its pool "
+        "gets it (spec.rollout.canary).",
+    )
 
     # Ready
     ALL_POOLS_READY = "AllPoolsReady", "Every desired replica passes readiness."
@@ -227,6 +232,18 @@ class Reason(StrEnum):
         "Event: the Deployment of a GPU type no longer allowed was deleted.",
     )
     POD_EVICTED = "PodEvicted", "Event: a drained pod was evicted through the Eviction API."
+    CANARY_FAILED = (
+        "CanaryFailed",
+        "Degraded=True and Event: a new plan's canary pod did not become Ready, restarted, or "
+        "measured a KV capacity beyond the plan's threshold; the pool stays on its last good plan "
+        "and the plan is not retried until the spec or the planner's inputs change.",
+    )
+    CANARY_STARTED = "CanaryStarted", "Event: a new plan was started on one canary pod (or group)."
+    CANARY_PROMOTED = (
+        "CanaryPromoted",
+        "Event: a canary ran its observation window Ready, without restarts and with the planned "
+        "KV capacity; the plan rolls out to the rest of the pool.",
+    )
     PROBE_BUDGET_IGNORED = (
         "ProbeBudgetIgnored",
         "Event on a Node: its probe budget annotation is stale, malformed or inconsistent.",

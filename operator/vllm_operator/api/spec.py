@@ -828,6 +828,26 @@ class RemediationSpec(ApiModel):
     )
 
 
+class CanarySpec(ApiModel):
+    """A new plan runs on one pod (or group) first; the pool gets it only if that pod is healthy."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Try a change of an existing pool's engine arguments or image on one canary "
+        "pod first (a 1-replica copy of the pool's workload: a surge with maxSurge > 0, else in "
+        "place of one pod), promote it only when Ready, not restarted and with the planned "
+        "KV capacity, else keep the last good plan (Degraded=True CanaryFailed). Replica-only "
+        "changes and new pools need no canary. Defaults to false.",
+    )
+    observation_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=86_400,
+        description="How long the canary must stay Ready without a restart before it is "
+        "promoted. Defaults to 120.",
+    )
+
+
 class RolloutSpec(ApiModel):
     """How a pool's Deployment replaces pods when the plan changes."""
 
@@ -844,6 +864,10 @@ class RolloutSpec(ApiModel):
         le=100,
         description="Pods that may be down during a rollout. Defaults to 1. maxSurge and "
         "maxUnavailable cannot both be 0.",
+    )
+    canary: CanarySpec = Field(
+        default_factory=CanarySpec,
+        description="Try a new plan on one pod before the rest of the pool. Defaults to off.",
     )
 
     model_config = ConfigDict(

@@ -317,6 +317,31 @@ class PoolFailure(ApiModel):
     )
 
 
+class PlanRecord(ApiModel):
+    """A plan a pool ran: what rollback returns to and what Argo CD's health view shows."""
+
+    hash: str = Field(description="The plan's hash (the pods' plan-hash annotation).")
+    image: str = Field(description="The vLLM container image.")
+    argv: list[str] = Field(default_factory=list, description="The engine's arguments.")
+    when: datetime = Field(description="When the plan was first seen running healthy.")
+
+
+class CanaryStatus(ApiModel):
+    """A new plan tried on one pod (or group) before the rest of the pool gets it (#27)."""
+
+    hash: str = Field(description="The plan being tried (or that failed).")
+    image: str = Field(description="Its vLLM container image.")
+    argv: list[str] = Field(default_factory=list, description="Its engine arguments.")
+    phase: str = Field(
+        description="Observing: the canary runs and is watched; Failed: it was rolled back and "
+        "the plan is not retried until the spec or the planner's inputs change."
+    )
+    workload: str = Field(description="The canary's Deployment or LeaderWorkerSet (1 replica).")
+    started_at: datetime = Field(description="When the canary was started.")
+    pod: str | None = Field(default=None, description="The canary pod (the leader of a group).")
+    message: str = Field(default="", description="Why it failed, with the numbers; or progress.")
+
+
 class PoolStatus(ApiModel):
     """One Deployment serving the model on one GPU type."""
 
@@ -332,6 +357,14 @@ class PoolStatus(ApiModel):
     )
     failure: PoolFailure | None = Field(
         default=None, description="Why the pool's pods crash or stall; absent when they run clean."
+    )
+    last_good_plan: PlanRecord | None = Field(
+        default=None,
+        description="The newest plan every replica of the pool ran Ready without a failure: what "
+        "a failed canary rolls back to.",
+    )
+    canary: CanaryStatus | None = Field(
+        default=None, description="The new plan being tried on one pod, or the one that failed."
     )
 
 

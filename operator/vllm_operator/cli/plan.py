@@ -21,6 +21,8 @@ from rich.table import Table
 
 from vllm_operator.api.spec import VLLMServiceSpec
 from vllm_operator.catalog.gpus import GpuFacts
+from vllm_operator.catalog.vllm.errors import UnknownVersionError
+from vllm_operator.catalog.vllm.loader import load_version
 from vllm_operator.cli.estimate import EXIT_NOT_FIT, EXIT_USAGE, resolve_gpu, usage_error
 from vllm_operator.cli.specs import (
     EXIT_REJECTED,
@@ -30,6 +32,7 @@ from vllm_operator.cli.specs import (
     echo_refusal,
     prepare,
 )
+from vllm_operator.cli.upgrade import preview, preview_lines
 from vllm_operator.planning.alternatives import Infeasible
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.plan import PlanResult, PoolPlan, plan_service
@@ -165,12 +168,21 @@ def _placed(
     default="table",
     show_default=True,
 )
+@click.option(
+    "--vllm-version",
+    "upgrade_to",
+    metavar="VERSION",
+    help="Preview an upgrade: per pool, what changes from spec.vllm.version to VERSION (flags "
+    "the release removed, renamed or deprecated, KV tokens, concurrency, host memory, startup "
+    "rules).",
+)
 def plan(
     file: Path,
     gpus: tuple[str, ...],
     max_nodes: int | None,
     gpus_per_node: int | None,
     output: str,
+    upgrade_to: str | None = None,
 ) -> None:
     """Plan engine arguments for every VLLMService in FILE, per allowed GPU type.
 
@@ -178,6 +190,11 @@ def plan(
     is printed as the controller writes it into status) or an intent does not fit, 2 on a usage
     error (a file that cannot be read as YAML, an unknown --gpu).
     """
+    if upgrade_to is not None:
+        try:
+            load_version(upgrade_to)  # an option, not a spec: no admission step
+        except UnknownVersionError as exc:
+            usage_error(str(exc))
     resolver = CliResolver()
     prepared: list[tuple[Checked, PreparedService]] = []
     worst = 0
@@ -198,6 +215,19 @@ def plan(
         labels = list(gpus) or list(service.spec.placement.gpu_types)
         facts: list[GpuFacts] = [resolve_gpu(label, None) for label in labels]
         placed = _placed(service.spec, max_nodes, gpus_per_node)
+        name = service.name or service.spec.model.name
+        if upgrade_to is not None:
+            pools = preview(placed, facts, one.arch, upgrade_to)
+            if output == "table":
+                for line in preview_lines(name, pools):
+                    click.echo(line)
+            out.append({"name": name, "upgrade": pools})
+            for pool in pools:
+                if "refused" in pool:
+                    worst = max(worst, EXIT_REJECTED)
+                elif not pool.get("feasible", {}).get("to", True):
+                    worst = max(worst, EXIT_NOT_FIT)
+            continue
         planned = plan_service(placed, facts, one.arch)
         results: list[PlanResult] = []
         for gpu, result in zip(facts, planned, strict=True):
@@ -220,7 +250,6 @@ def plan(
         for result in results:
             if isinstance(result, Infeasible):
                 worst = max(worst, EXIT_USAGE if result.usage_error else EXIT_NOT_FIT)
-        name = service.name or service.spec.model.name
         if output == "table":
             for result in results:
                 _print_plan(console, name, result)

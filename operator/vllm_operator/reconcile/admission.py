@@ -34,6 +34,8 @@ from vllm_operator.api.manifests import ServiceInvalid
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError, lookup_architecture
+from vllm_operator.catalog.vllm.errors import UnknownVersionError
+from vllm_operator.catalog.vllm.releases import argv_flags, flag_changes
 from vllm_operator.reconcile.admission_chain import check_object
 from vllm_operator.reconcile.inventory import GpuNodeGroup
 from vllm_operator.reconcile.pools import (
@@ -137,7 +139,53 @@ def review(
             ),
         )
     pools = plan_pools(prepared, dict(groups))
-    return _verdict(service, pools)
+    verdict = _verdict(service, pools)
+    if verdict.allowed and old is not None:
+        upgrade = _upgrade_warnings(old, service, pools)
+        if upgrade:
+            verdict = Verdict(allowed=True, warnings=(*verdict.warnings, *upgrade))
+    return verdict
+
+
+def _upgrade_warnings(
+    old: Mapping[str, Any], service: VLLMService, pools: list[PoolOutcome]
+) -> list[str]:
+    """What a change of spec.vllm.version does, before anything rolls (#27): per pool the KV
+    tokens and concurrency at P99 the running plan has (old status) and the new plan has, and
+    the extraArgs flags the new release removed or renamed (both catalogs)."""
+    before = str(((old.get("spec") or {}).get("vllm") or {}).get("version") or "")
+    after = service.spec.vllm.version
+    if not before or before == after:
+        return []
+    running = {
+        str(p.get("gpuType")): ((p.get("plan") or {}).get("memory") or {})
+        for p in (old.get("status") or {}).get("pools") or []
+        if isinstance(p, dict)
+    }
+    warnings: list[str] = []
+    for pool in pools:
+        if pool.plan is None or pool.plan.memory is None:
+            continue
+        was = running.get(pool.gpu_type) or {}
+        mem = pool.plan.memory
+        warnings.append(
+            _short(
+                f"vLLM {before} -> {after} on {pool.gpu_type}: KV cache tokens "
+                f"{was.get('kvCacheTokens', '?')} -> {mem.kv_cache_tokens}, concurrency at P99 "
+                f"{was.get('concurrencyAtP99', '?')} -> {mem.concurrency_at_p99:.2f}; every pod "
+                f"restarts (preview: vllm-operator plan FILE --vllm-version {after})"
+            )
+        )
+    try:
+        changes = flag_changes(before, after, argv_flags(list(service.spec.vllm.extra_args)))
+    except UnknownVersionError:
+        return warnings
+    moved = changes.removed + changes.renamed + changes.deprecated
+    if moved:
+        warnings.append(
+            _short(f"vLLM {after} changed spec.vllm.extraArgs flags: " + "; ".join(moved))
+        )
+    return warnings
 
 
 def _verdict(service: VLLMService, pools: list[PoolOutcome]) -> Verdict:

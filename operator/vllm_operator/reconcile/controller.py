@@ -44,6 +44,7 @@ from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.admission import BoundedResolver, Verdict, review
 from vllm_operator.reconcile.admission_chain import check_object
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
+from vllm_operator.reconcile.canary import gate as canary_gate
 from vllm_operator.reconcile.diff import needs_apply
 from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
 from vllm_operator.reconcile.failures import (
@@ -103,9 +104,9 @@ class Outcome:
     deleted: list[str] = field(default_factory=list)
     status_written: bool = False
     events: list[str] = field(default_factory=list)
-    # Seconds until the key is handed back (settling, backoff, the next evaluation); None: only
-    # a trigger brings it back.
     requeue_after: float | None = None
+    """Seconds until the key is handed back (settling, backoff, the next evaluation, a canary
+    being watched); None: only a trigger brings it back."""
 
 
 def _utcnow() -> datetime:
@@ -525,6 +526,15 @@ class Controller:
                     conflicts.append(f"{kind} {namespace}/{pool.deployment['metadata']['name']}")
                     pool.deployment_name = None
                     continue
+                # A new plan of a running pool is tried on one canary pod first (#27).
+                step = canary_gate(self.gw, service, pool, live, old_status, now)
+                outcome.applied.extend(step.applied)
+                outcome.deleted.extend(step.deleted)
+                for type_, reason, message in step.events:
+                    self._event(service, type_, reason, message, outcome)
+                if step.requeue_after is not None:
+                    # A canary being watched: look again then (a wanted reconcile on the queue).
+                    self._want((namespace, name), self._monotonic() + step.requeue_after)
                 if service.spec.scaling.mode == ScalingMode.EXTERNAL:
                     live, writes = hand_over_replicas(
                         self.gw, pool.deployment, live, service.spec.replicas

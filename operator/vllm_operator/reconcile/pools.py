@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.api.spec import ScalingMode
-from vllm_operator.api.status import Observation, Override
+from vllm_operator.api.status import CanaryStatus, Observation, Override
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError
 from vllm_operator.catalog.gpus import GpuFacts, UnknownGpuError
@@ -95,6 +95,10 @@ class PoolOutcome:
     live: Obj | None = field(default=None, repr=False)
     plan_note: str = ""
     """Why the plan no longer holds with the user's overrides (empty: it holds)."""
+    canary: CanaryStatus | None = None
+    """The new plan's canary as this reconcile left it (reconcile/canary.py)."""
+    canary_decided: bool = False
+    """Whether the canary gate ran for this pool (else status keeps the previous canary)."""
 
     @property
     def has_capacity(self) -> bool:

@@ -27,9 +27,11 @@ from vllm_operator.api.service import VLLMService
 from vllm_operator.api.spec import ScalingMode
 from vllm_operator.api.status import PoolFailure, PoolPlan, PoolStatus, VLLMServiceStatus
 from vllm_operator.reconcile.budgets import MeasuredBudgets
+from vllm_operator.reconcile.canary import last_good_plan
 from vllm_operator.reconcile.inventory import canonical_label
 from vllm_operator.reconcile.observed import kept_observation
 from vllm_operator.reconcile.pools import PoolOutcome
+from vllm_operator.remediation.canary import FAILED, OBSERVING
 from vllm_operator.rendering.names import ANNOTATION_PLAN_HASH, gpu_short_name
 
 log = logging.getLogger(__name__)
@@ -307,6 +309,7 @@ def service_status(
                 f"{pool.gpu_type}: {workload_kind(pool)} {pool.deployment_name} {failure}"
             )
         plan = _kept_plan(old.pools, pool)
+        before = next((p for p in old.pools if p.gpu_type == pool.gpu_type), None)
         pool_status.append(
             PoolStatus(
                 gpu_type=pool.gpu_type,
@@ -318,6 +321,15 @@ def service_status(
                 message="; ".join(m for m in (pool.message, failure) if m) or None,
                 observed=kept_observation(old.pools, pool.gpu_type, plan),
                 failure=kept_failure(old.pools, pool.gpu_type),
+                last_good_plan=last_good_plan(
+                    before,
+                    pool.live,
+                    rollout_done(pool)
+                    and ready > 0
+                    and kept_failure(old.pools, pool.gpu_type) is None,
+                    now,
+                ),
+                canary=pool.canary if pool.canary_decided else (before.canary if before else None),
             )
         )
     planned = [p for p in pools if p.feasible and p.deployment is not None]
@@ -357,8 +369,16 @@ def service_status(
     else:
         feasible = ("True", Reason.AWAITING_NODES, "No allowed GPU type has nodes yet")
 
+    trying = [p for p in pool_status if p.canary is not None and p.canary.phase == OBSERVING]
+    failed_canaries = [p for p in pool_status if p.canary is not None and p.canary.phase == FAILED]
     if not planned and no_nodes:
         progressing = ("False", Reason.NO_MATCHING_NODES, _join(no_nodes))
+    elif trying:
+        progressing = (
+            "True",
+            Reason.CANARY_OBSERVING,
+            "; ".join(f"{p.gpu_type}: {p.canary.message}" for p in trying if p.canary),
+        )
     elif rolling and not any(p.has_capacity for p in rolling):
         # Nothing can progress until a node of the type is uncordoned or Ready again.
         progressing = ("False", Reason.NO_MATCHING_NODES, _join(rolling))
@@ -402,7 +422,17 @@ def service_status(
     ]
     crashes = [p.failure for p in pool_status if p.failure is not None]
     problems += [c.message for c in crashes]
-    if failures:
+    if failed_canaries:
+        # The pool serves its last good plan; the message names the failed plan and why.
+        degraded = (
+            "True",
+            Reason.CANARY_FAILED,
+            "; ".join(
+                [f"{p.gpu_type}: {p.canary.message}" for p in failed_canaries if p.canary]
+                + problems
+            ),
+        )
+    elif failures:
         degraded = ("True", Reason.REPLICA_FAILURE, "; ".join(problems))
     elif crashes:
         # The pods' own failure is the most specific cause (a crash class or a stalled start).

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vllm_operator.api.security import container_security_context, pod_security_context
 from vllm_operator.api.service import API_VERSION, KIND, VLLMService
+from vllm_operator.rendering.drain import DrainPlan, plan_drain
 from vllm_operator.rendering.names import (
     ANNOTATION_GPU_TYPE,
     ANNOTATION_PLAN_HASH,
@@ -98,8 +99,16 @@ class PoolRender(BaseModel):
     )
 
 
+def drain_for(service: VLLMService, pool: PoolRender) -> DrainPlan:
+    """How the pool's pods stop (rendering/drain.py): graceful-shutdown flag, preStop, grace."""
+    return plan_drain(
+        service.spec.vllm.version, service.spec.workload.p99_context_tokens, pool.engine_argv, PORT
+    )
+
+
 def plan_hash(service: VLLMService, pool: PoolRender) -> str:
     """Hash of what decides the pods' behaviour; it changes exactly when pods must roll."""
+    drain = drain_for(service, pool)
     payload = {
         "image": pool.image,
         "command": pool.command,
@@ -110,6 +119,7 @@ def plan_hash(service: VLLMService, pool: PoolRender) -> str:
         "env": [e.to_wire() for e in service.spec.vllm.env],
         "source": service.spec.model.source.to_wire(),
         "security": service.spec.security.to_wire(),
+        "drain": [drain.engine_argv, drain.grace_seconds, drain.pre_stop],
     }
     if pool.nodes_per_replica > 1:
         # Only multi-node pools hash these: single-node hashes (and so their pods) stay as they
@@ -236,14 +246,16 @@ def _tolerations(service: VLLMService, pool: PoolRender) -> list[Obj]:
     return tolerations
 
 
-def _container(service: VLLMService, pool: PoolRender, extra_argv: list[str]) -> Obj:
+def _container(
+    service: VLLMService, pool: PoolRender, extra_argv: list[str], drain: DrainPlan
+) -> Obj:
     gpus = str(pool.gpus_per_replica)
     _, mounts = _volumes(service, pool)
     return {
         "name": "vllm",
         "image": pool.image,
         "command": pool.command,
-        "args": [*pool.model_args, *pool.engine_argv, *extra_argv],
+        "args": [*pool.model_args, *pool.engine_argv, *drain.engine_argv, *extra_argv],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": _env(service),
         # Memory request = limit (planning.host_memory): the pod lands only where the node can
@@ -260,12 +272,13 @@ def _container(service: VLLMService, pool: PoolRender, extra_argv: list[str]) ->
     }
 
 
-def _pod_spec(service: VLLMService, pool: PoolRender, container: Obj) -> Obj:
+def _pod_spec(service: VLLMService, pool: PoolRender, container: Obj, drain: DrainPlan) -> Obj:
     volumes, _ = _volumes(service, pool)
     return {
         # Service links would inject VLLM_PORT from any Service named `vllm`.
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 60,
+        # preStop and the engine's own drain both run within it (rendering/drain.py).
+        "terminationGracePeriodSeconds": drain.grace_seconds,
         "nodeSelector": {**service.spec.placement.node_selector, LABEL_GPU_PRODUCT: pool.gpu_type},
         "tolerations": _tolerations(service, pool),
         "securityContext": pod_security_context(service.spec.security),
@@ -288,9 +301,11 @@ def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
         LABEL_SERVING: "true",
     }
     hash_ = plan_hash(service, pool)
+    drain = drain_for(service, pool)
     container: Obj = {
-        **_container(service, pool, []),
+        **_container(service, pool, [], drain),
         **_probes(pool),
+        "lifecycle": {"preStop": drain.pre_stop},
         "securityContext": container_security_context(service.spec.security),
     }
     replicas: Obj = {} if pool.replicas is None else {"replicas": pool.replicas}
@@ -310,7 +325,7 @@ def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
                     "labels": pod_labels,
                     "annotations": {ANNOTATION_PLAN_HASH: hash_},
                 },
-                "spec": _pod_spec(service, pool, container),
+                "spec": _pod_spec(service, pool, container, drain),
             },
         },
     }
@@ -339,13 +354,17 @@ def render_leader_worker_set(service: VLLMService, pool: PoolRender) -> Obj:
         **pool_selector_labels(service.name, pool.gpu_type),
     }
     security = container_security_context(service.spec.security)
+    drain = drain_for(service, pool)
     leader = {
-        **_container(service, pool, pool.leader_argv),
+        **_container(service, pool, pool.leader_argv, drain),
         **_probes(pool),
+        "lifecycle": {"preStop": drain.pre_stop},
         "securityContext": security,
     }
+    # Workers keep their pipeline stage until the leader has drained (the leader drains first).
     worker = {
-        **_container(service, pool, pool.worker_argv),
+        **_container(service, pool, pool.worker_argv, drain),
+        "lifecycle": {"preStop": drain.worker_pre_stop},
         "securityContext": security,
     }
     # Workers listen only for NCCL/Gloo traffic from the group: no HTTP port.
@@ -382,13 +401,13 @@ def render_leader_worker_set(service: VLLMService, pool: PoolRender) -> Obj:
                         "labels": {**base_labels, LABEL_SERVING: "true"},
                         "annotations": annotations,
                     },
-                    "spec": _pod_spec(service, pool, leader),
+                    "spec": _pod_spec(service, pool, leader, drain),
                 },
                 # A copy: the templates share no object (a caller may change one).
                 "workerTemplate": copy.deepcopy(
                     {
                         "metadata": {"labels": base_labels, "annotations": annotations},
-                        "spec": _pod_spec(service, pool, worker),
+                        "spec": _pod_spec(service, pool, worker, drain),
                     }
                 ),
             },
