@@ -219,6 +219,7 @@ MUTATIONS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("spec.placement.nodeSelector", st.dictionaries(label_keys, label_values, max_size=3)),
     ("spec.placement.tolerations", tolerations),
     ("spec.placement.maxGpusPerReplica", st.sampled_from([0, 1, 2, 8, 16])),
+    ("spec.placement.gpuAllocation", st.sampled_from(["devicePlugin", "dra", "DRA", "", None])),
     ("spec.vllm.env", env),
     ("spec.vllm.extraArgs", extra_args),
     ("spec.vllm.version", st.sampled_from(VERSIONS)),

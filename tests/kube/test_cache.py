@@ -36,6 +36,10 @@ class ReadCounter:
         self.reads["list:Node"] += 1
         return self.inner.list_nodes()
 
+    def list_resource_slices(self) -> list[Obj]:
+        self.reads["list:ResourceSlice"] += 1
+        return self.inner.list_resource_slices()
+
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
         self.reads[f"get:{kind}"] += 1
         return self.inner.get(kind, namespace, name)

@@ -226,6 +226,11 @@ class Reason(StrEnum):
         "ProbeBudgetIgnored",
         "Event on a Node: its probe budget annotation is stale, malformed or inconsistent.",
     )
+    GPU_INVENTORY_MISMATCH = (
+        "GpuInventoryMismatch",
+        "Event on a Node: its GPU Feature Discovery labels disagree with its DRA ResourceSlices "
+        "(product, memory or GPU count); the operator plans from the slices.",
+    )
 
 
 def reasons_table() -> str:

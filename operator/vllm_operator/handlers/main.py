@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import kopf
 from prometheus_client import start_http_server
 
+from vllm_operator.api.spec import GpuAllocation
 from vllm_operator.handlers import registrations
 from vllm_operator.hub.resolver import HubArchitectureResolver, NoTokenSecrets, SecretReader
 from vllm_operator.kube.cache import CachedGateway, WatchCache
@@ -133,6 +134,7 @@ def run_operator(
     read_token_secrets: bool = True,
     settle_seconds: float = 0.0,
     webhook: WebhookOptions | None = None,
+    gpu_allocation: str = "devicePlugin",
 ) -> None:
     """Block running the operator until it is stopped."""
     if tune_malloc():
@@ -170,6 +172,7 @@ def run_operator(
             node_cache_seconds=2.0,
             metrics=signals,
             settle_seconds=settle_seconds,
+            gpu_allocation=GpuAllocation(gpu_allocation),
         ),
         connection=connection_info(api_client),
         in_cluster=in_cluster(),

@@ -163,6 +163,39 @@ async def forget_leader_worker_set(
         _observe(memo, Kind.LEADER_WORKER_SET, type, body)
 
 
+# DRA (#30): the claim templates the operator owns, and the drivers' ResourceSlices (the GPU
+# inventory of a DRA-only cluster). A cluster without resource.k8s.io/v1 leaves both unresolved,
+# which Kopf only warns about.
+@kopf.index("resource.k8s.io", "v1", "resourceclaimtemplates")
+async def cache_claim_template(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+    _observe(memo, Kind.RESOURCE_CLAIM_TEMPLATE, None, body)
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceclaimtemplates")
+async def forget_claim_template(
+    memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any
+) -> None:
+    if type == "DELETED":
+        _observe(memo, Kind.RESOURCE_CLAIM_TEMPLATE, type, body)
+
+
+@kopf.index("resource.k8s.io", "v1", "resourceslices")
+async def cache_resource_slice(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+    _observe(memo, Kind.RESOURCE_SLICE, None, body)
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceslices")
+def on_resource_slice(memo: kopf.Memo, body: kopf.Body, type: str | None, **_: Any) -> None:
+    """A driver publishing, changing or withdrawing GPUs re-plans the services they can serve."""
+    if type == "DELETED":
+        _observe(memo, Kind.RESOURCE_SLICE, type, body)
+    for key in _ready(memo).services_affected_by_slice(dict(body)):
+        try:
+            _reconcile(memo, *key)
+        except kopf.TemporaryError:
+            logging.getLogger(__name__).info("Deferred reconcile of service=%s/%s", *key)
+
+
 @kopf.on.login()
 def login(memo: kopf.Memo, **kwargs: Any) -> kopf.ConnectionInfo | None:
     """In a pod, re-read the rotating service-account token; outside, use the loaded kubeconfig."""

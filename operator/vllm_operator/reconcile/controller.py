@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from vllm_operator.api import ScalingMode, VLLMService, VLLMServiceStatus
+from vllm_operator.api import GpuAllocation, ScalingMode, VLLMService, VLLMServiceStatus
 from vllm_operator.api.manifests import ServiceInvalid, check_service
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
@@ -29,6 +29,11 @@ from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.admission import BoundedResolver, Verdict, review
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.diff import needs_apply
+from vllm_operator.reconcile.dra_apply import (
+    SliceMismatches,
+    apply_claim_template,
+    prune_claim_templates,
+)
 from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
 from vllm_operator.reconcile.failures import (
     ACTIONS,
@@ -51,6 +56,7 @@ from vllm_operator.reconcile.pools import (
 from vllm_operator.reconcile.replicas import hand_over_replicas
 from vllm_operator.reconcile.scheduler import EvaluationScheduler, RetryLater
 from vllm_operator.reconcile.settle import SettleTracker
+from vllm_operator.reconcile.slices import merge_slices, slice_products
 from vllm_operator.reconcile.status import (
     budget_note,
     failed_status,
@@ -101,6 +107,7 @@ class Controller:
         metrics: MetricsSource | None = None,
         settle_seconds: float = 0.0,
         monotonic: Callable[[], float] = time.monotonic,
+        gpu_allocation: GpuAllocation = GpuAllocation.DEVICE_PLUGIN,
     ) -> None:
         # Every write goes through the counting wrapper (vllm_operator_api_writes_total).
         self.gw = CountingGateway(gateway)
@@ -112,6 +119,10 @@ class Controller:
         self._node_cache_guard = threading.Lock()
         self.resolver = resolver
         self.clock = clock
+        # The cluster default for specs without spec.placement.gpuAllocation (chart value).
+        self.gpu_allocation = gpu_allocation
+        # DRA inventory (#30): one Warning per node and disagreement between GFD and slices.
+        self._slice_mismatches = SliceMismatches()
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         # Services with a reconcile waiting for their lock (not yet reading): later triggers
@@ -461,6 +472,7 @@ class Controller:
             old_status.overrides,
             plans=self.plans,
             observations=old_status.observations,
+            gpu_allocation=self.gpu_allocation,
         )
         note = budget_note(service, budgets)
 
@@ -480,6 +492,8 @@ class Controller:
                     conflicts.append(f"{kind} {namespace}/{pool.deployment['metadata']['name']}")
                     pool.deployment_name = None
                     continue
+                # gpuAllocation dra: the claim template first, so the pods can claim from it.
+                outcome.applied.extend(apply_claim_template(self.gw, pool.claim_template, live))
                 if service.spec.scaling.mode == ScalingMode.EXTERNAL:
                     live, writes = hand_over_replicas(
                         self.gw, pool.deployment, live, service.spec.replicas
@@ -506,6 +520,7 @@ class Controller:
             if _owned_by(d, service)
         ]
         existing = self._prune(service, owned, desired_names, outcome)
+        outcome.deleted.extend(prune_claim_templates(self.gw, service, pools))
         if existing:
             for obj in (render_service(service), render_pdb(service)):
                 kind = Kind(obj["kind"])
@@ -582,15 +597,30 @@ class Controller:
 
     def _nodes(self) -> list[Obj]:
         if self._node_cache_seconds <= 0:
-            return self.gw.list_nodes()
+            return self._inventory_nodes()
         with self._node_cache_guard:
             cached = self._node_cache
             now = time.monotonic()
             if cached is not None and now - cached[0] < self._node_cache_seconds:
                 return cached[1]
-            nodes = self.gw.list_nodes()
+            nodes = self._inventory_nodes()
             self._node_cache = (now, nodes)
             return nodes
+
+    def _inventory_nodes(self) -> list[Obj]:
+        """Nodes as the inventory sees them: with what their DRA ResourceSlices describe
+        (reconcile/slices.py; slices win over GFD labels, a disagreement is a node Warning)."""
+        nodes, mismatches = merge_slices(self.gw.list_nodes(), self.gw.list_resource_slices())
+        for event in self._slice_mismatches.new_events(mismatches):
+            self.gw.emit_event(event)
+        return nodes
+
+    def services_affected_by_slice(self, slice_: Obj) -> list[tuple[str, str]]:
+        """Services to re-plan after a ResourceSlice event: those allowing a GPU type the slice
+        publishes (the node view is rebuilt on the next read)."""
+        self._node_cache = None
+        wanted = {canonical_label(p) for p in slice_products(slice_)}
+        return sorted(k for k, allowed in self._gpu_index.items() if allowed & wanted)
 
     def _budgets(
         self, service: VLLMService, nodes: list[Obj], now: datetime, outcome: Outcome

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
-from vllm_operator.api.spec import ScalingMode
+from vllm_operator.api.spec import GpuAllocation, ScalingMode
 from vllm_operator.api.status import Observation, Override
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError
@@ -28,6 +28,7 @@ from vllm_operator.planning.host_memory import plan_host_memory
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.plan import PlanResult, plan_pool
 from vllm_operator.planning.user_overrides import apply_user_values
+from vllm_operator.reconcile.gpu_claims import allocation_mode, pool_claim
 from vllm_operator.reconcile.inventory import (
     GpuNodeGroup,
     canonical_label,
@@ -49,7 +50,11 @@ from vllm_operator.rendering.names import (
     ANNOTATION_PLAN_HASH,
     deployment_name,
 )
-from vllm_operator.rendering.workload import PoolRender, render_workload
+from vllm_operator.rendering.workload import (
+    PoolRender,
+    render_pool_claim_template,
+    render_workload,
+)
 
 Obj = dict[str, Any]
 
@@ -96,6 +101,8 @@ class PoolOutcome:
     live: Obj | None = field(default=None, repr=False)
     plan_note: str = ""
     """Why the plan no longer holds with the user's overrides (empty: it holds)."""
+    claim_template: Obj | None = None
+    """gpuAllocation dra: the pool's ResourceClaimTemplate, applied before its workload."""
 
     @property
     def has_capacity(self) -> bool:
@@ -224,12 +231,14 @@ def plan_pools(
     overrides: Sequence[Override] = (),
     plans: PlanCache | None = None,
     observations: Sequence[Observation] = (),
+    gpu_allocation: GpuAllocation = GpuAllocation.DEVICE_PLUGIN,
 ) -> list[PoolOutcome]:
     """Plan every allowed GPU type; types without nodes become NoMatchingNodes pools.
 
     `plans`: the controller's PlanCache (the CLI plans once and needs none).
     `observations`: status.observations, the KV capacities the engines measured; each pool's
     planner gets those of its GPU type and the service's model (learning from the fleet).
+    `gpu_allocation`: the cluster default for specs without spec.placement.gpuAllocation.
 
     A type whose nodes are all cordoned or NotReady is still planned from their hardware: it
     is unavailable (`PoolOutcome.unavailable`), never infeasible.
@@ -289,6 +298,7 @@ def plan_pools(
                 overrides,
                 plans or PlanCache(maxsize=0),
                 observations,
+                allocation_mode(spec, gpu_allocation),
             )
         )
     order = {g: i for i, g in enumerate(spec.placement.gpu_types)}
@@ -304,6 +314,7 @@ def _plan_group(
     overrides: Sequence[Override],
     plans: PlanCache,
     observations: Sequence[Observation] = (),
+    allocation: GpuAllocation = GpuAllocation.DEVICE_PLUGIN,
 ) -> PoolOutcome:
     service, spec = prepared.service, prepared.service.spec
     name = deployment_name(service.name, group.product)
@@ -433,6 +444,11 @@ def _plan_group(
         weights_gib_total=result.memory.weights_gib * tp,
         host_memory_gib=host_limit,
         shm_gib=host.shm_gib,
+        gpu_claim=(
+            pool_claim(group.product, facts, tp, group.mig_profiles)
+            if allocation == GpuAllocation.DRA
+            else None
+        ),
     )
     deployment = render_workload(service, render)
     planned_status = result.to_status()
@@ -474,6 +490,7 @@ def _plan_group(
         unavailable=unavailable,
         plan=status_plan,
         deployment=deployment,
+        claim_template=render_pool_claim_template(service, render),
         deployment_name=name,
         summary=summary,
         applied_message=(
