@@ -76,7 +76,12 @@ def test_every_pod_claims_the_planned_count_through_the_pool_template(example: P
             args = container["args"]
             tp = int(args[args.index("--tensor-parallel-size") + 1])
             assert request["exactly"]["count"] == tp
-            assert request["exactly"]["deviceClassName"] == "gpu.nvidia.com"
+            mig = (
+                "-MIG-" in workload["metadata"]["annotations"]["serving.vllm-operator.dev/gpu-type"]
+            )
+            assert request["exactly"]["deviceClassName"] == (
+                "mig.nvidia.com" if mig else "gpu.nvidia.com"
+            )
 
 
 def test_device_plugin_mode_is_the_default_and_renders_no_claim(tmp_path: Path) -> None:

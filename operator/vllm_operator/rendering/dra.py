@@ -19,7 +19,8 @@ The attribute names are the driver's own (NVIDIA/k8s-dra-driver-gpu,
 cmd/gpu-kubelet-plugin/deviceinfo.go, `GpuInfo.GetDevice` and `MigDeviceInfo.GetDevice`):
 `type` ("gpu" / "mig"), `productName`, `architecture`, `cudaComputeCapability` (a version),
 `profile` (MIG, e.g. "3g.40gb"), and the capacity `memory` (bytes, BinarySI). The driver's
-DeviceClass `gpu.nvidia.com` (its Helm chart installs it) selects the driver's devices.
+Helm chart installs the DeviceClasses `gpu.nvidia.com` (full GPUs) and `mig.nvidia.com` (MIG
+partitions); a claim names the one of its device type.
 """
 
 import hashlib
@@ -33,7 +34,9 @@ Obj = dict[str, Any]
 DRIVER = "gpu.nvidia.com"
 """The NVIDIA DRA driver's name: the attribute and capacity domain of its devices."""
 DEVICE_CLASS = "gpu.nvidia.com"
-"""The DeviceClass the driver's chart installs for full GPUs and MIG devices."""
+"""The DeviceClass the driver's chart installs for full GPUs (devices of type gpu)."""
+DEVICE_CLASS_MIG = "mig.nvidia.com"
+"""The driver's DeviceClass of MIG partitions (devices of type mig)."""
 RESOURCE_API_VERSION = "resource.k8s.io/v1"
 CLAIM_TEMPLATE_KIND = "ResourceClaimTemplate"
 REQUEST_NAME = "gpus"
@@ -129,7 +132,9 @@ def render_claim_template(metadata: Obj, claim: GpuClaim) -> Obj:
                         {
                             "name": REQUEST_NAME,
                             "exactly": {
-                                "deviceClassName": DEVICE_CLASS,
+                                "deviceClassName": (
+                                    DEVICE_CLASS_MIG if claim.mig_profile else DEVICE_CLASS
+                                ),
                                 "allocationMode": "ExactCount",
                                 "count": claim.count,
                                 "selectors": [{"cel": {"expression": device_selector(claim)}}],
