@@ -321,3 +321,30 @@ def test_only_the_operators_own_managed_fields_entry_is_kept() -> None:
     _, stored = cache.lookup(Kind.DEPLOYMENT, "ns", "d")
     assert stored is not None and stored["metadata"]["managedFields"] == [ours]
     assert dep["metadata"]["managedFields"] == [ours, theirs]
+
+
+def test_resource_slices_are_read_from_the_watch_once_synced() -> None:
+    """DRA inventory (#30): slices are watched like nodes; a synced cache answers without a list,
+    and a slice the driver withdrew is gone from the next read."""
+    fake = FakeGateway()
+    counter = ReadCounter(fake)
+    cache = WatchCache()
+    gw = CachedGateway(counter, cache)
+    assert gw.list_resource_slices() == []
+    assert counter.reads["list:ResourceSlice"] == 1
+    published = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "gpu-0-gpu.nvidia.com", "resourceVersion": "5"},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-0"},
+    }
+    cache.observe(Kind.RESOURCE_SLICE, None, published)
+    cache.mark_synced()
+    assert [s["metadata"]["name"] for s in gw.list_resource_slices()] == ["gpu-0-gpu.nvidia.com"]
+    cache.observe(
+        Kind.RESOURCE_SLICE,
+        "DELETED",
+        {**published, "metadata": {"name": "gpu-0-gpu.nvidia.com", "resourceVersion": "6"}},
+    )
+    assert gw.list_resource_slices() == []
+    assert counter.reads["list:ResourceSlice"] == 1
