@@ -159,6 +159,12 @@ def test_switching_back_to_the_device_plugin_deletes_the_template() -> None:
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
 
 
+def test_the_fake_accepts_an_upper_case_driver_name_as_the_server_does() -> None:
+    accepted = gpu_slice("gpu-0")
+    accepted["spec"]["driver"] = "GPU.NVIDIA.COM"  # kube-apiserver 1.35.4 accepts it (measured)
+    FakeGateway().add_resource_slice(accepted)
+
+
 def test_the_fake_refuses_a_changed_claim_template_as_the_server_does() -> None:
     gw = dra_only_cluster()
     gw.add(dra_example())
@@ -175,7 +181,7 @@ def test_the_fake_refuses_a_changed_claim_template_as_the_server_does() -> None:
     ("change", "message"),
     [
         (lambda s: s["spec"].update(allNodes=True), "exactly one of nodeName"),
-        (lambda s: s["spec"].update(driver="GPU.NVIDIA.COM"), "spec.driver"),
+        (lambda s: s["spec"].update(driver="gpu_nvidia.com"), "spec.driver"),
         (lambda s: s["spec"]["pool"].update(resourceSliceCount=0), "resourceSliceCount"),
         (lambda s: s["spec"]["devices"][0].update(name="GPU_0"), "a DNS label"),
         (
