@@ -115,22 +115,28 @@ def test_only_the_newest_generation_of_a_driver_pool_counts() -> None:
     assert inventory["gpu-0"].gpus == 8
 
 
-def test_a_mig_node_becomes_its_partitions_with_every_profile_memory() -> None:
-    partitions = [("3g.40gb", 40192), ("3g.40gb", 40192), ("1g.10gb", 9728)]
+def test_a_mig_node_serves_each_of_its_profiles_with_every_profile_memory() -> None:
+    partitions = [("3g.40gb", 40192), ("3g.40gb", 40192), ("1g.10gb", 9728), ("1g.10gb", 9728)]
     nodes, mismatches = merge_slices([bare_node("mig-0")], [mig_slice("mig-0", partitions)])
     assert mismatches == []
-    (group,) = group_gpu_nodes(nodes).values()
-    assert group.product == "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"
+    groups = group_gpu_nodes(nodes)
+    assert sorted(groups) == [
+        "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+        "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
+    ]
+    group = groups["NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"]
     assert group.resource == "nvidia.com/mig-3g.40gb"
     assert group.max_gpus_per_node == 2
     assert group.memory_mib == 40192
+    assert group.node_names == ("mig-0",)
     assert group.mig_profiles == {"1g.10gb": 9728, "3g.40gb": 40192}
+    assert groups["NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"].memory_mib == 9728
 
 
 def test_a_mig_pool_claims_a_partition_chosen_by_memory() -> None:
     gw = FakeGateway()
     gw.nodes = [bare_node("mig-0")]
-    partitions = [("3g.40gb", 40192), ("3g.40gb", 40192), ("1g.10gb", 9728)]
+    partitions = [("1g.10gb", 9728), ("3g.40gb", 40192), ("1g.10gb", 9728)]
     gw.add_resource_slice(mig_slice("mig-0", partitions))
     gw.add(example("dra/llama-3.1-8b-a100-mig-dra.yaml"))
     controller(gw).reconcile("default", "llama-8b-mig")

@@ -15,8 +15,9 @@ what the scheduler allocates from) and each disagreement is reported as a `Misma
 
 Only the newest generation of each driver pool counts (a driver replacing its slices publishes a
 higher generation; older ones are about to go), and only slices bound to one node (`nodeName`).
-A node's MIG devices become its product `<parent>-MIG-<profile>` (the profile with the most
-devices, as GFD's single strategy labels it) and every profile's memory is kept, so a dra-mode
+A node's MIG devices make it a node of each of its profiles `<parent>-MIG-<profile>` (GFD's
+single-strategy spelling; one in-memory copy of the node per GPU type, so a node cut into 3g.40gb
+and 1g.10gb partitions serves pools of both), and every profile's memory is kept, so a dra-mode
 MIG pool can claim the smallest partition that holds its plan.
 """
 
@@ -171,10 +172,30 @@ def _disagreements(labels: dict[str, object], devices: NodeDevices) -> list[str]
     ]
 
 
+def _views(found: NodeDevices) -> list[tuple[str, int, int | None, str]]:
+    """(product label, devices, memory MiB, resource) of each GPU type the node offers: its full
+    GPUs, and each MIG profile apart (a node cut into 3g.40gb and 1g.10gb partitions serves a
+    pool of either; GFD's one product label per node cannot say that)."""
+    views = []
+    if found.gpus:
+        views.append((found.product, found.gpus, found.memory_mib, RESOURCE_GPU))
+    for profile in sorted(found.mig_devices):
+        views.append(
+            (
+                f"{found.mig_parent}-MIG-{profile}",
+                found.mig_devices[profile],
+                found.mig_profiles.get(profile),
+                f"nvidia.com/mig-{profile.lower()}",
+            )
+        )
+    return views
+
+
 def merge_slices(nodes: list[Obj], slices: list[Obj]) -> tuple[list[Obj], list[Mismatch]]:
     """The nodes as the inventory should see them: each node with driver slices carries the
-    labels and GPU capacity its slices describe (copies; `nodes` are not modified), and what
-    disagreed with its own GFD labels."""
+    labels and GPU capacity its slices describe (copies; `nodes` are not modified), one copy per
+    GPU type it offers (full GPUs, each MIG profile), and what disagreed with its own GFD
+    labels."""
     devices = slice_inventory(slices)
     if not devices:
         return nodes, []
@@ -186,38 +207,40 @@ def merge_slices(nodes: list[Obj], slices: list[Obj]) -> tuple[list[Obj], list[M
         if found is None:
             merged.append(node)
             continue
-        labels = dict(meta.get("labels") or {})
-        problems = _disagreements(labels, found)
+        problems = _disagreements(dict(meta.get("labels") or {}), found)
         if problems:
             mismatches.append(
                 Mismatch(str(meta.get("name", "")), str(meta.get("uid", "")), "; ".join(problems))
             )
-        labels[LABEL_PRODUCT] = found.label
-        if found.label_memory_mib:
-            labels[LABEL_MEMORY] = str(found.label_memory_mib)
-        if found.compute_capability is not None:
-            labels[LABEL_CC_MAJOR] = str(found.compute_capability[0])
-            labels[LABEL_CC_MINOR] = str(found.compute_capability[1])
-        if found.gpus:
-            labels[LABEL_COUNT] = str(found.gpus)
-        annotations = dict(meta.get("annotations") or {})
-        if found.mig_profiles:
-            annotations[ANNOTATION_MIG_PROFILES] = json.dumps(found.mig_profiles, sort_keys=True)
-        status = dict(node.get("status") or {})
-        resource = RESOURCE_GPU
-        if not found.gpus and found.mig_devices:
-            resource = f"nvidia.com/mig-{found.label.rsplit('-MIG-', 1)[1].lower()}"
-        for section in ("capacity", "allocatable"):
-            values = dict(status.get(section) or {})
-            values[resource] = str(found.count)
-            status[section] = values
-        merged.append(
-            {
-                **node,
-                "metadata": {**meta, "labels": labels, "annotations": annotations},
-                "status": status,
-            }
-        )
+        for product, count, memory, resource in _views(found):
+            labels = dict(meta.get("labels") or {})
+            labels[LABEL_PRODUCT] = product
+            labels.pop(LABEL_MEMORY, None)
+            if memory:
+                labels[LABEL_MEMORY] = str(memory)
+            if found.compute_capability is not None:
+                labels[LABEL_CC_MAJOR] = str(found.compute_capability[0])
+                labels[LABEL_CC_MINOR] = str(found.compute_capability[1])
+            labels.pop(LABEL_COUNT, None)
+            if resource == RESOURCE_GPU:
+                labels[LABEL_COUNT] = str(count)
+            annotations = dict(meta.get("annotations") or {})
+            if found.mig_profiles:
+                annotations[ANNOTATION_MIG_PROFILES] = json.dumps(
+                    found.mig_profiles, sort_keys=True
+                )
+            status = dict(node.get("status") or {})
+            for section in ("capacity", "allocatable"):
+                values = dict(status.get(section) or {})
+                values[resource] = str(count)
+                status[section] = values
+            merged.append(
+                {
+                    **node,
+                    "metadata": {**meta, "labels": labels, "annotations": annotations},
+                    "status": status,
+                }
+            )
     return merged, mismatches
 
 
