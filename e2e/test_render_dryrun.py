@@ -10,8 +10,11 @@ from e2e.kube import Kube, load_manifests
 
 GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "rendering" / "golden"
 # multinode/: LeaderWorkerSets, checked with the LWS CRD and its controller's webhooks installed
-# (the local control plane runs them).
-GOLDENS = sorted([*GOLDEN.glob("*.yaml"), *GOLDEN.glob("multinode/*.yaml")])
+# (the local control plane runs them). dra/: ResourceClaimTemplates (resource.k8s.io/v1, GA in 1.34;
+# the server compiles their CEL selectors) and the pods that claim from them.
+GOLDENS = sorted(
+    [*GOLDEN.glob("*.yaml"), *GOLDEN.glob("multinode/*.yaml"), *GOLDEN.glob("dra/*.yaml")]
+)
 
 
 @pytest.mark.parametrize("golden", GOLDENS, ids=[g.stem for g in GOLDENS])

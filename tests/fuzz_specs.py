@@ -224,6 +224,7 @@ MUTATIONS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("spec.placement.minDwellSeconds", st.sampled_from([-1, 0, 300, 86400, 86401, None])),
     ("spec.placement.maxNodesPerReplica", st.sampled_from([1, 2, None])),
     ("spec.scaling.mode", st.sampled_from(["operator", "external", None])),
+    ("spec.placement.gpuAllocation", st.sampled_from(["devicePlugin", "dra", "DRA", "", None])),
     ("spec.vllm.env", env),
     ("spec.vllm.extraArgs", extra_args),
     ("spec.vllm.version", st.sampled_from(VERSIONS)),

@@ -36,6 +36,10 @@ class ReadCounter:
         self.reads["list:Node"] += 1
         return self.inner.list_nodes()
 
+    def list_resource_slices(self) -> list[Obj]:
+        self.reads["list:ResourceSlice"] += 1
+        return self.inner.list_resource_slices()
+
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
         self.reads[f"get:{kind}"] += 1
         return self.inner.get(kind, namespace, name)
@@ -444,3 +448,30 @@ def test_gpu_requests_go_to_the_api_before_the_sync_and_with_a_namespace_restric
     full = synced((Kind.POD, gpu_pod("train", "n1", 4)))
     assert CachedGateway(counter, full).gpu_requests_by_node() == {"n1": {"nvidia.com/gpu": 4}}
     assert counter.reads["list:BoundPods"] == 2
+
+
+def test_resource_slices_are_read_from_the_watch_once_synced() -> None:
+    """DRA inventory (#30): slices are watched like nodes; a synced cache answers without a list,
+    and a slice the driver withdrew is gone from the next read."""
+    fake = FakeGateway()
+    counter = ReadCounter(fake)
+    cache = WatchCache()
+    gw = CachedGateway(counter, cache)
+    assert gw.list_resource_slices() == []
+    assert counter.reads["list:ResourceSlice"] == 1
+    published = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "gpu-0-gpu.nvidia.com", "resourceVersion": "5"},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-0"},
+    }
+    cache.observe(Kind.RESOURCE_SLICE, None, published)
+    cache.mark_synced()
+    assert [s["metadata"]["name"] for s in gw.list_resource_slices()] == ["gpu-0-gpu.nvidia.com"]
+    cache.observe(
+        Kind.RESOURCE_SLICE,
+        "DELETED",
+        {**published, "metadata": {"name": "gpu-0-gpu.nvidia.com", "resourceVersion": "6"}},
+    )
+    assert gw.list_resource_slices() == []
+    assert counter.reads["list:ResourceSlice"] == 1

@@ -162,6 +162,7 @@ def test_operator_pod_is_hardened(helm: Path) -> None:
         "--gpu-memory-metric=dcgm",
         "--settle-seconds=3",
         "--workers=8",
+        "--gpu-allocation=devicePlugin",
     ]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}

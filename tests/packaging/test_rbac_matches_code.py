@@ -75,6 +75,21 @@ METHODS: dict[str, set[Grant]] = {
     "patch_namespaced_custom_object_status": {
         ("serving.vllm-operator.dev", "vllmservices/status", "patch"),
     },
+    # DRA (#30): the pools' claim templates, and the drivers' ResourceSlices (GPU inventory).
+    "read_namespaced_resource_claim_template": {
+        ("resource.k8s.io", "resourceclaimtemplates", "get")
+    },
+    "list_namespaced_resource_claim_template": {
+        ("resource.k8s.io", "resourceclaimtemplates", "list")
+    },
+    "patch_namespaced_resource_claim_template": {
+        ("resource.k8s.io", "resourceclaimtemplates", "patch"),
+        ("resource.k8s.io", "resourceclaimtemplates", "create"),
+    },
+    "delete_namespaced_resource_claim_template": {
+        ("resource.k8s.io", "resourceclaimtemplates", "delete")
+    },
+    "list_resource_slice": {("resource.k8s.io", "resourceslices", "list")},
 }
 
 # What Kopf itself calls (handlers/registrations.py): it lists and watches every resource with a
@@ -97,6 +112,10 @@ KOPF: set[Grant] = {
     ("", "pods", "watch"),
     ("", "nodes", "list"),
     ("", "nodes", "watch"),
+    ("resource.k8s.io", "resourceclaimtemplates", "list"),
+    ("resource.k8s.io", "resourceclaimtemplates", "watch"),
+    ("resource.k8s.io", "resourceslices", "list"),
+    ("resource.k8s.io", "resourceslices", "watch"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
 }
@@ -104,7 +123,7 @@ KOPF: set[Grant] = {
 
 def called_methods() -> set[str]:
     text = "\n".join(path.read_text() for path in CLIENTS)
-    return set(re.findall(r"self\.(?:core|apps|policy|custom|admission)\.([a-z_]+)", text))
+    return set(re.findall(r"self\.(?:core|apps|policy|custom|admission|resource)\.([a-z_]+)", text))
 
 
 def granted() -> set[Grant]:

@@ -41,6 +41,14 @@ BREAKS: dict[str, tuple[dict[str, object], dict[str, object]]] = {
         {"disable_additional_properties": True},
         {"disable_additional_properties": True, "backend": "guidance"},
     ),
+    "engram-shared-memory-needs-cpu-offload": (
+        {"dp_shared_memory": True},
+        {"dp_shared_memory": True, "cpu_offload": True},
+    ),
+    "engram-thp-needs-private-cpu-offload": (
+        {"cpu_offload": False, "use_thp": True},
+        {"cpu_offload": True, "use_thp": True},
+    ),
     "disable-any-whitespace-needs-xgrammar-or-guidance": (
         {"disable_any_whitespace": True, "backend": "outlines"},
         {"disable_any_whitespace": True, "backend": "xgrammar"},

@@ -15,6 +15,7 @@ from vllm_operator.api.service import (
 from vllm_operator.api.spec import (
     Architecture,
     EnvVar,
+    GpuAllocation,
     HuggingFaceSource,
     LatencyProfile,
     ModelDtype,
@@ -61,6 +62,7 @@ __all__ = [
     "EnvVar",
     "HistoryEntry",
     "HuggingFaceSource",
+    "GpuAllocation",
     "LatencyProfile",
     "MemoryBreakdown",
     "ModelDtype",

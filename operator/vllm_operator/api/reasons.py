@@ -273,6 +273,11 @@ class Reason(StrEnum):
         "Event: the total changed (spec.replicas or scale-out); replicas were added on the most "
         "preferred type with room, or removed from the least preferred first.",
     )
+    GPU_INVENTORY_MISMATCH = (
+        "GpuInventoryMismatch",
+        "Event on a Node: its GPU Feature Discovery labels disagree with its DRA ResourceSlices "
+        "(product, memory or GPU count); the operator plans from the slices.",
+    )
 
 
 def reasons_table() -> str:

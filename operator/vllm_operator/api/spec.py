@@ -568,6 +568,16 @@ class PlacementStrategy(StrEnum):
     PREFERRED = "Preferred"
 
 
+class GpuAllocation(StrEnum):
+    """How a pool's pods get their GPUs (docs/installation.md, "GPU allocation")."""
+
+    DEVICE_PLUGIN = "devicePlugin"
+    """The NVIDIA device plugin's extended resource (`nvidia.com/gpu`, `nvidia.com/mig-*`)."""
+    DRA = "dra"
+    """Dynamic Resource Allocation: a ResourceClaimTemplate per pool for the NVIDIA DRA driver
+    (`gpu.nvidia.com`), its count and device selector derived from the plan."""
+
+
 class PlacementSpec(ApiModel):
     """Which GPUs may serve the model."""
 
@@ -657,6 +667,16 @@ class PlacementSpec(ApiModel):
         "one node (a Deployment pool); above 1 the planner may split a model that does not fit "
         "one node into pipeline-parallel stages, one per node, each stage tensor-parallel "
         "within its node, served as one LeaderWorkerSet group per replica.",
+    )
+    gpu_allocation: GpuAllocation | None = Field(
+        default=None,
+        alias="gpuAllocation",
+        description="How pods get their GPUs: devicePlugin requests the extended resource "
+        "nvidia.com/gpu; dra renders one ResourceClaimTemplate per pool (resource.k8s.io/v1, "
+        "device class gpu.nvidia.com) whose count is the planned tensor-parallel size and whose "
+        "CEL selector asks for the pool's product with at least the memory the plan assumed. "
+        "Absent: the operator's cluster default (chart value gpuAllocation, devicePlugin unless "
+        "set).",
     )
 
     @field_validator("gpu_types")

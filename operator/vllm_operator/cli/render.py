@@ -7,6 +7,7 @@ import click
 
 from vllm_operator.api.crd import dump_yaml
 from vllm_operator.api.reasons import Reason
+from vllm_operator.api.spec import GpuAllocation
 from vllm_operator.cli.specs import CliResolver, check_file, echo_refusal, prepare
 from vllm_operator.reconcile.inventory import GpuNodeGroup
 from vllm_operator.reconcile.pools import plan_pools
@@ -38,7 +39,15 @@ def simulated_groups(labels: list[str], gpus_per_node: int) -> dict[str, GpuNode
     help="GPU product labels present in the cluster (default: every type the spec allows).",
 )
 @click.option("--gpus-per-node", default=8, show_default=True, help="GPUs on each simulated node.")
-def render(file: Path, gpus: tuple[str, ...], gpus_per_node: int) -> None:
+@click.option(
+    "--gpu-allocation",
+    type=click.Choice([m.value for m in GpuAllocation]),
+    default=GpuAllocation.DEVICE_PLUGIN.value,
+    show_default=True,
+    help="The cluster default for specs without spec.placement.gpuAllocation (as the operator's "
+    "--gpu-allocation).",
+)
+def render(file: Path, gpus: tuple[str, ...], gpus_per_node: int, gpu_allocation: str) -> None:
     """Print the Deployments, Service and PodDisruptionBudget the operator would apply for FILE.
 
     Exit 0 when every service renders, 1 when the operator would refuse a service (its reason
@@ -57,7 +66,11 @@ def render(file: Path, gpus: tuple[str, ...], gpus_per_node: int) -> None:
             continue
         service = prepared.service
         labels = list(gpus) or list(service.spec.placement.gpu_types)
-        pools = plan_pools(prepared, simulated_groups(labels, gpus_per_node))
+        pools = plan_pools(
+            prepared,
+            simulated_groups(labels, gpus_per_node),
+            gpu_allocation=GpuAllocation(gpu_allocation),
+        )
         for pool in pools:
             if pool.deployment is None:
                 click.echo(
@@ -70,6 +83,8 @@ def render(file: Path, gpus: tuple[str, ...], gpus_per_node: int) -> None:
                     f"{service.name}: {pool.gpu_type}: {Reason.PLAN_OVERRIDDEN}: {pool.plan_note}",
                     err=True,
                 )
+            if pool.claim_template is not None:
+                out.append(dump_yaml(pool.claim_template))
             out.append(dump_yaml(pool.deployment))
         if any(p.deployment is not None for p in pools):
             out.extend(dump_yaml(o) for o in (render_service(service), render_pdb(service)))

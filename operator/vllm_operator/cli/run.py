@@ -90,6 +90,15 @@ import click
     help="Without --webhook-cert: the ValidatingWebhookConfiguration whose caBundle the "
     "operator keeps in step with its CA.",
 )
+@click.option(
+    "--gpu-allocation",
+    type=click.Choice(["devicePlugin", "dra"]),
+    default="devicePlugin",
+    show_default=True,
+    envvar="VLLM_OPERATOR_GPU_ALLOCATION",
+    help="How pods get GPUs when a spec leaves spec.placement.gpuAllocation out: the device "
+    "plugin's nvidia.com/gpu, or DRA ResourceClaimTemplates (NVIDIA DRA driver).",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -109,6 +118,7 @@ def run(
     webhook_key: str | None,
     webhook_secret: str | None,
     webhook_configuration: str | None,
+    gpu_allocation: str,
     verbose: bool,
 ) -> None:
     """Run the operator: reconcile VLLMServices into per-GPU-type vLLM Deployments."""
@@ -158,4 +168,5 @@ def run(
         settle_seconds=settle_seconds,
         workers=workers,
         webhook=webhook,
+        gpu_allocation=gpu_allocation,
     )

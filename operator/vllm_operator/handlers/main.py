@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import kopf
 from prometheus_client import start_http_server
 
+from vllm_operator.api.spec import GpuAllocation
 from vllm_operator.handlers import registrations
 from vllm_operator.hub.resolver import HubArchitectureResolver, NoTokenSecrets, SecretReader
 from vllm_operator.kube.cache import CachedGateway, WatchCache
@@ -134,6 +135,7 @@ def run_operator(
     settle_seconds: float = 0.0,
     workers: int = 8,
     webhook: WebhookOptions | None = None,
+    gpu_allocation: str = "devicePlugin",
 ) -> None:
     """Block running the operator until it is stopped."""
     if tune_malloc():
@@ -172,6 +174,7 @@ def run_operator(
             metrics=signals,
             settle_seconds=settle_seconds,
             workers=workers,
+            gpu_allocation=GpuAllocation(gpu_allocation),
         ),
         connection=connection_info(api_client),
         in_cluster=in_cluster(),

@@ -22,6 +22,7 @@ from vllm_operator.api.service import GROUP, PLURAL, VERSION
 from vllm_operator.kube.cache import WatchCache
 from vllm_operator.kube.gateway import LWS_GROUP, LWS_PLURAL, LWS_VERSION, Kind
 from vllm_operator.reconcile.controller import Controller
+from vllm_operator.reconcile.slices import slice_products
 from vllm_operator.reconcile.triggers import owners_of, service_of_group_pod
 from vllm_operator.rendering.names import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
 
@@ -219,6 +220,36 @@ async def forget_leader_worker_set(
     memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any
 ) -> None:
     _watched(memo, Kind.LEADER_WORKER_SET, type, body)
+
+
+# DRA (#30): the claim templates the operator owns, and the drivers' ResourceSlices (the GPU
+# inventory of a DRA-only cluster). A cluster without resource.k8s.io/v1 leaves both unresolved,
+# which Kopf only warns about.
+@kopf.index("resource.k8s.io", "v1", "resourceclaimtemplates")
+async def cache_claim_template(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+    _observe(memo, Kind.RESOURCE_CLAIM_TEMPLATE, None, body)
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceclaimtemplates")
+async def forget_claim_template(
+    memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any
+) -> None:
+    if type == "DELETED":
+        _observe(memo, Kind.RESOURCE_CLAIM_TEMPLATE, type, body)
+
+
+@kopf.index("resource.k8s.io", "v1", "resourceslices")
+async def cache_resource_slice(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+    _observe(memo, Kind.RESOURCE_SLICE, None, body)
+
+
+@kopf.on.event("resource.k8s.io", "v1", "resourceslices")
+async def on_resource_slice(memo: kopf.Memo, body: kopf.Body, type: str | None, **_: Any) -> None:
+    """A driver publishing, changing or withdrawing GPUs re-plans the services they can serve."""
+    if type == "DELETED":
+        _observe(memo, Kind.RESOURCE_SLICE, type, body)
+    triggers = _controller(memo).triggers
+    _enqueue(memo, triggers.services_affected_by_products(slice_products(dict(body))))
 
 
 @kopf.on.login()

@@ -74,11 +74,22 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 # that the two agree.)
 
 LABELLED_KINDS: frozenset[Kind] = frozenset(
-    {Kind.DEPLOYMENT, Kind.LEADER_WORKER_SET, Kind.SERVICE, Kind.PDB, Kind.POD}
+    {
+        Kind.DEPLOYMENT,
+        Kind.LEADER_WORKER_SET,
+        Kind.SERVICE,
+        Kind.PDB,
+        Kind.POD,
+        Kind.RESOURCE_CLAIM_TEMPLATE,
+    }
 )
 """Kinds stored only when they carry the managed-by label."""
 
-CACHED_KINDS: frozenset[Kind] = LABELLED_KINDS | {Kind.NODE, Kind.VLLM_SERVICE}
+CACHED_KINDS: frozenset[Kind] = LABELLED_KINDS | {
+    Kind.NODE,
+    Kind.VLLM_SERVICE,
+    Kind.RESOURCE_SLICE,
+}
 
 _TOMBSTONES_MAX = 10_000
 
@@ -471,6 +482,15 @@ class CachedGateway:
         if self.cache.synced:
             self.cache.replace_selection(Kind.NODE, None, {}, nodes)
         return nodes
+
+    def list_resource_slices(self) -> list[Obj]:
+        slices = self.cache.all_of(Kind.RESOURCE_SLICE)
+        if slices is not None:
+            return slices
+        slices = self.inner.list_resource_slices()
+        if self.cache.synced:
+            self.cache.replace_selection(Kind.RESOURCE_SLICE, None, {}, slices)
+        return slices
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
         answered, obj = self.cache.lookup(kind, namespace, name)

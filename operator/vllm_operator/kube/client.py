@@ -186,6 +186,7 @@ class ApiGateway:
         self.apps = client.AppsV1Api(api_client)
         self.policy = client.PolicyV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.resource = client.ResourceV1Api(api_client)
 
     def _plain(self, obj: Any) -> Obj:
         result: Obj = self.api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
@@ -208,12 +209,23 @@ class ApiGateway:
         except ApiException as exc:
             raise _wrap(exc, "list nodes") from exc
 
+    def list_resource_slices(self) -> list[Obj]:
+        try:
+            raw = self.resource.list_resource_slice(_preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:  # resource.k8s.io/v1 not served: no DRA inventory
+                return []
+            raise _wrap(exc, "list resourceslices") from exc
+        items: list[Obj] = self._raw(raw)["items"]
+        return items
+
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
         require_kind(kind, READ_KINDS, "get")
         readers: dict[Kind, Any] = {
             Kind.DEPLOYMENT: self.apps.read_namespaced_deployment,
             Kind.SERVICE: self.core.read_namespaced_service,
             Kind.PDB: self.policy.read_namespaced_pod_disruption_budget,
+            Kind.RESOURCE_CLAIM_TEMPLATE: self.resource.read_namespaced_resource_claim_template,
         }
         try:
             if kind is Kind.VLLM_SERVICE:
@@ -235,6 +247,7 @@ class ApiGateway:
         listers: dict[Kind, Any] = {
             Kind.DEPLOYMENT: self.apps.list_namespaced_deployment,
             Kind.POD: self.core.list_namespaced_pod,
+            Kind.RESOURCE_CLAIM_TEMPLATE: self.resource.list_namespaced_resource_claim_template,
         }
         if kind is Kind.LEADER_WORKER_SET:
             group, version, plural = _LWS
@@ -246,6 +259,8 @@ class ApiGateway:
                 namespace, label_selector=_selector(selector), _preload_content=False
             )
         except ApiException as exc:
+            if exc.status == 404 and kind is Kind.RESOURCE_CLAIM_TEMPLATE:
+                return []  # resource.k8s.io/v1 not served (no DRA): the service owns none
             raise _wrap(exc, f"list {kind} in {namespace}") from exc
         items: list[Obj] = self._raw(raw)["items"]
         return items
@@ -303,6 +318,7 @@ class ApiGateway:
             ),
             Kind.SERVICE: self.core.patch_namespaced_service,
             Kind.PDB: self.policy.patch_namespaced_pod_disruption_budget,
+            Kind.RESOURCE_CLAIM_TEMPLATE: self.resource.patch_namespaced_resource_claim_template,
         }
         try:
             result = patchers[kind](
@@ -331,6 +347,7 @@ class ApiGateway:
             Kind.LEADER_WORKER_SET: lambda n, ns: self.custom.delete_namespaced_custom_object(
                 group, version, ns, plural, n
             ),
+            Kind.RESOURCE_CLAIM_TEMPLATE: self.resource.delete_namespaced_resource_claim_template,
         }
         try:
             deleters[kind](name, namespace)

@@ -25,6 +25,11 @@ from collections import Counter
 from typing import Any
 
 from vllm_operator.api.service import FIELD_MANAGER
+from vllm_operator.kube.dra_validation import (
+    claim_template_problems,
+    claim_template_update_problems,
+    resource_slice_problems,
+)
 from vllm_operator.kube.gateway import (
     API_VERSIONS,
     APPLIED_KINDS,
@@ -280,6 +285,7 @@ class FakeGateway:
     def __init__(self) -> None:
         self.objects: dict[tuple[Kind, str, str], Obj] = {}
         self.nodes: list[Obj] = []
+        self.resource_slices: list[Obj] = []
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
         self.events: list[EventRecord] = []
         self.writes: Counter[str] = Counter()
@@ -336,6 +342,19 @@ class FakeGateway:
             manager,
         )
 
+    def add_resource_slice(self, obj: Obj) -> Obj:
+        """Publish a ResourceSlice as a DRA driver would, refused (422) as the server refuses it."""
+        stored = copy.deepcopy(obj)
+        _validate(Kind.RESOURCE_SLICE, stored, "create ResourceSlice")
+        problems = resource_slice_problems(stored)
+        if problems:
+            raise GatewayError(
+                f"create ResourceSlice failed: 422 Unprocessable Entity: {'; '.join(problems)}",
+                422,
+            )
+        self.resource_slices.append(stored)
+        return stored
+
     def total_writes(self) -> int:
         return sum(self.writes.values())
 
@@ -347,6 +366,9 @@ class FakeGateway:
 
     def list_nodes(self) -> list[Obj]:
         return copy.deepcopy(self.nodes)
+
+    def list_resource_slices(self) -> list[Obj]:
+        return copy.deepcopy(self.resource_slices)
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
         require_kind(kind, READ_KINDS, "get")
@@ -418,6 +440,14 @@ class FakeGateway:
         _validate(kind, obj, what)
         key = (kind, meta["namespace"], meta["name"])
         old = self.objects.get(key)
+        if kind is Kind.RESOURCE_CLAIM_TEMPLATE:
+            problems = claim_template_problems(obj)
+            if old is not None:
+                problems += claim_template_update_problems(old, obj)
+            if problems:
+                raise GatewayError(
+                    f"{what} failed: 422 Unprocessable Entity: {'; '.join(problems)}", 422
+                )
         if old is None:
             uid = f"uid-{next(self._uids)}"
             live: Obj = {"apiVersion": obj["apiVersion"], "kind": kind.value, "metadata": {}}

@@ -25,6 +25,8 @@ class Kind(StrEnum):
     NODE = "Node"
     SECRET = "Secret"
     EVENT = "Event"
+    RESOURCE_CLAIM_TEMPLATE = "ResourceClaimTemplate"
+    RESOURCE_SLICE = "ResourceSlice"
 
 
 LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
@@ -40,24 +42,29 @@ API_VERSIONS: dict[Kind, str] = {
     Kind.NODE: "v1",
     Kind.SECRET: "v1",
     Kind.EVENT: "v1",
+    Kind.RESOURCE_CLAIM_TEMPLATE: "resource.k8s.io/v1",
+    Kind.RESOURCE_SLICE: "resource.k8s.io/v1",
 }
 
 
 POOL_KINDS: tuple[Kind, ...] = (Kind.DEPLOYMENT, Kind.LEADER_WORKER_SET)
 """The workload of a pool: a Deployment, or a LeaderWorkerSet when a replica spans nodes."""
 
-APPLIED_KINDS: frozenset[Kind] = frozenset({*POOL_KINDS, Kind.SERVICE, Kind.PDB})
+APPLIED_KINDS: frozenset[Kind] = frozenset(
+    {*POOL_KINDS, Kind.SERVICE, Kind.PDB, Kind.RESOURCE_CLAIM_TEMPLATE}
+)
 """What `apply` accepts: the objects the operator renders (status goes through `apply_status`)."""
 
 READ_KINDS: frozenset[Kind] = APPLIED_KINDS | {Kind.VLLM_SERVICE}
 """What `get` reads (pods, nodes and Secrets have their own methods)."""
 
-LISTED_KINDS: frozenset[Kind] = frozenset({*POOL_KINDS, Kind.POD})
-"""What `list_owned` lists: owned pools to prune, and their pods."""
+LISTED_KINDS: frozenset[Kind] = frozenset({*POOL_KINDS, Kind.POD, Kind.RESOURCE_CLAIM_TEMPLATE})
+"""What `list_owned` lists: owned pools and claim templates to prune, and their pods."""
 
-DELETED_KINDS: frozenset[Kind] = frozenset(POOL_KINDS)
-"""What `delete` removes: only pools of a GPU type the spec no longer allows (the Service and PDB
-go with the VLLMService through owner references)."""
+DELETED_KINDS: frozenset[Kind] = frozenset({*POOL_KINDS, Kind.RESOURCE_CLAIM_TEMPLATE})
+"""What `delete` removes: only pools of a GPU type the spec no longer allows, and claim templates
+no pool refers to any more (the Service and PDB go with the VLLMService through owner
+references)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,11 @@ class KubeGateway(Protocol):
 
     def list_nodes(self) -> list[Obj]:
         """All nodes (the inventory groups those with GPUs)."""
+        ...
+
+    def list_resource_slices(self) -> list[Obj]:
+        """All resource.k8s.io/v1 ResourceSlices (the DRA drivers' devices per node); empty when
+        the API server does not serve the group (a cluster without DRA)."""
         ...
 
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:

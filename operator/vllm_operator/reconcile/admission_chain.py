@@ -564,6 +564,8 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
     "spec.placement.strategy": _SCHEMA,
     "spec.placement.spillAfterSeconds": _SCHEMA,
     "spec.placement.minDwellSeconds": _SCHEMA,
+    # devicePlugin | dra (the enum in the schema); what a dra pool claims is rendered from the plan
+    "spec.placement.gpuAllocation": _SCHEMA,
     "spec.replicas": _SCHEMA,
     "spec.scaling": _SCHEMA,
     "spec.scaling.mode": _SCHEMA,

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from vllm_operator.api import ScalingMode, VLLMService, VLLMServiceStatus
+from vllm_operator.api import GpuAllocation, ScalingMode, VLLMService, VLLMServiceStatus
 from vllm_operator.api.groups import LWS_LABEL_GROUP_INDEX, LWS_LABEL_NAME
 from vllm_operator.api.manifests import ServiceInvalid
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
@@ -46,6 +46,11 @@ from vllm_operator.reconcile.admission_chain import check_object
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.canary import gate as canary_gate
 from vllm_operator.reconcile.diff import needs_apply
+from vllm_operator.reconcile.dra_apply import (
+    SliceMismatches,
+    apply_claim_template,
+    prune_claim_templates,
+)
 from vllm_operator.reconcile.evaluate import Evaluator, MetricsSource
 from vllm_operator.reconcile.failures import (
     ACTIONS,
@@ -73,6 +78,7 @@ from vllm_operator.reconcile.queue import DEFAULT_WORKERS, Key, Workers, WorkQue
 from vllm_operator.reconcile.replicas import hand_over_replicas
 from vllm_operator.reconcile.scheduler import EvaluationTimes
 from vllm_operator.reconcile.settle import SettleTracker
+from vllm_operator.reconcile.slices import merge_slices
 from vllm_operator.reconcile.status import (
     budget_note,
     failed_status,
@@ -126,6 +132,7 @@ class Controller:
         settle_seconds: float = 0.0,
         monotonic: Callable[[], float] = time.monotonic,
         workers: int = DEFAULT_WORKERS,
+        gpu_allocation: GpuAllocation = GpuAllocation.DEVICE_PLUGIN,
     ) -> None:
         # Every write goes through the counting wrapper (vllm_operator_api_writes_total).
         self.gw = CountingGateway(gateway)
@@ -147,6 +154,10 @@ class Controller:
         # Event -> keys (node events through each service's allowed GPU types).
         self.triggers = Triggers(on_nodes_changed=self._drop_node_cache)
         self._nodes_digested: tuple[list[Obj], str] | None = None
+        # The cluster default for specs without spec.placement.gpuAllocation (chart value).
+        self.gpu_allocation = gpu_allocation
+        # DRA inventory (#30): one Warning per node and disagreement between GFD and slices.
+        self._slice_mismatches = SliceMismatches()
         # Probe annotations: decoded once per change, one Warning per (node, problem) on the node.
         self._budget_cache = BudgetCache()
         self._budget_events: dict[str, str] = {}
@@ -503,6 +514,7 @@ class Controller:
             old_status.overrides,
             plans=self.plans,
             observations=self._fleet_observations(service, old_status.observations),
+            gpu_allocation=self.gpu_allocation,
         )
         note = budget_note(service, budgets)
         # placement.strategy Preferred (#29): each pool's share of the total.
@@ -526,6 +538,8 @@ class Controller:
                     conflicts.append(f"{kind} {namespace}/{pool.deployment['metadata']['name']}")
                     pool.deployment_name = None
                     continue
+                # gpuAllocation dra: the claim template first, so the pods can claim from it.
+                outcome.applied.extend(apply_claim_template(self.gw, pool.claim_template, live))
                 # A new plan of a running pool is tried on one canary pod first (#27).
                 step = canary_gate(self.gw, service, pool, live, old_status, now)
                 outcome.applied.extend(step.applied)
@@ -561,6 +575,7 @@ class Controller:
             if _owned_by(d, service)
         ]
         existing = self._prune(service, owned, desired_names, outcome)
+        outcome.deleted.extend(prune_claim_templates(self.gw, service, pools))
         if existing:
             for obj in (render_service(service), render_pdb(service)):
                 kind = Kind(obj["kind"])
@@ -698,15 +713,23 @@ class Controller:
 
     def _nodes(self) -> list[Obj]:
         if self._node_cache_seconds <= 0:
-            return self.gw.list_nodes()
+            return self._inventory_nodes()
         with self._node_cache_guard:
             cached = self._node_cache
             now = time.monotonic()
             if cached is not None and now - cached[0] < self._node_cache_seconds:
                 return cached[1]
-            nodes = self.gw.list_nodes()
+            nodes = self._inventory_nodes()
             self._node_cache = (now, nodes)
             return nodes
+
+    def _inventory_nodes(self) -> list[Obj]:
+        """Nodes as the inventory sees them: with what their DRA ResourceSlices describe
+        (reconcile/slices.py; slices win over GFD labels, a disagreement is a node Warning)."""
+        nodes, mismatches = merge_slices(self.gw.list_nodes(), self.gw.list_resource_slices())
+        for event in self._slice_mismatches.new_events(mismatches):
+            self.gw.emit_event(event)
+        return nodes
 
     def _budgets(
         self, service: VLLMService, nodes: list[Obj], now: datetime, outcome: Outcome

@@ -12,6 +12,7 @@ never turns into a false "infeasible" or a re-plan; whether any node can take po
 reported separately (`schedulable_nodes`, `unavailable_nodes`).
 """
 
+import json
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -34,6 +35,9 @@ LABEL_FAMILY = "nvidia.com/gpu.family"
 LABEL_COUNT = "nvidia.com/gpu.count"
 RESOURCE_GPU = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+ANNOTATION_MIG_PROFILES = "serving.vllm-operator.dev/dra-mig-profiles"
+"""Set by reconcile/slices.py on its in-memory copy of a node described by ResourceSlices (never
+written to the cluster): the node's MIG profiles, JSON profile -> MiB."""
 
 
 class GpuNodeGroup(BaseModel):
@@ -68,6 +72,12 @@ class GpuNodeGroup(BaseModel):
         description="Smallest allocatable memory of the schedulable GPU nodes (of every node "
         "when none is schedulable), MiB; None when no node reports it. The host-memory limit of "
         "a replica must fit on any node the pool may land on.",
+    )
+    mig_profiles: dict[str, int] = Field(
+        default_factory=dict,
+        description="MIG profiles the nodes' DRA devices of this product offer, profile -> MiB "
+        "(ResourceSlices; empty without them). A dra-mode MIG pool claims the smallest that "
+        "holds its plan.",
     )
 
     @property
@@ -179,6 +189,16 @@ class _Acc:
     unavailable_nodes: list[str] = field(default_factory=list)
     memory_all: list[int] = field(default_factory=list)
     memory_schedulable: list[int] = field(default_factory=list)
+    mig_profiles: dict[str, int] = field(default_factory=dict)
+
+
+def _mig_profiles(meta: dict[str, object]) -> dict[str, int]:
+    raw = _as_dict(meta.get("annotations")).get(ANNOTATION_MIG_PROFILES)
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else {}
+    except ValueError:
+        return {}
+    return {str(k): _int(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
@@ -199,6 +219,9 @@ def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
         acc.nodes += 1
         node_name = str(meta.get("name", ""))
         acc.node_names.append(node_name)
+        for profile, mib in _mig_profiles(meta).items():
+            # Several nodes: the smallest memory each profile has on any of them.
+            acc.mig_profiles[profile] = min(acc.mig_profiles.get(profile, mib), mib)
         acc.hardware_gpus_per_node = max(acc.hardware_gpus_per_node, hardware)
         memory = _int(labels.get(LABEL_MEMORY))
         if memory > 0:
@@ -237,6 +260,7 @@ def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
             node_names=tuple(sorted(acc.node_names)),
             unavailable_nodes=tuple(sorted(acc.unavailable_nodes)),
             allocatable_memory_mib=min(acc.memory_schedulable or acc.memory_all, default=None),
+            mig_profiles=dict(sorted(acc.mig_profiles.items())),
         )
         for product, acc in sorted(groups.items())
     }

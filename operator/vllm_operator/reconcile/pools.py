@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
-from vllm_operator.api.spec import ScalingMode
+from vllm_operator.api.spec import GpuAllocation, ScalingMode
 from vllm_operator.api.status import CanaryStatus, Observation, Override
 from vllm_operator.api.status import PoolPlan as StatusPoolPlan
 from vllm_operator.catalog.architectures import Architecture, UnknownModelError
@@ -38,6 +38,7 @@ from vllm_operator.reconcile.admission_chain import (
     engine_config_message,
     origins_of,
 )
+from vllm_operator.reconcile.gpu_claims import allocation_mode, pool_claim
 from vllm_operator.reconcile.inventory import (
     GpuNodeGroup,
     canonical_label,
@@ -57,7 +58,11 @@ from vllm_operator.rendering.names import (
     ANNOTATION_PLAN_HASH,
     deployment_name,
 )
-from vllm_operator.rendering.workload import PoolRender, render_workload
+from vllm_operator.rendering.workload import (
+    PoolRender,
+    render_pool_claim_template,
+    render_workload,
+)
 
 Obj = dict[str, Any]
 
@@ -99,6 +104,8 @@ class PoolOutcome:
     """The new plan's canary as this reconcile left it (reconcile/canary.py)."""
     canary_decided: bool = False
     """Whether the canary gate ran for this pool (else status keeps the previous canary)."""
+    claim_template: Obj | None = None
+    """gpuAllocation dra: the pool's ResourceClaimTemplate, applied before its workload."""
 
     @property
     def has_capacity(self) -> bool:
@@ -219,12 +226,14 @@ def plan_pools(
     overrides: Sequence[Override] = (),
     plans: PlanCache | None = None,
     observations: Sequence[Observation] = (),
+    gpu_allocation: GpuAllocation = GpuAllocation.DEVICE_PLUGIN,
 ) -> list[PoolOutcome]:
     """Plan every allowed GPU type; types without nodes become NoMatchingNodes pools.
 
     `plans`: the controller's PlanCache (the CLI plans once and needs none).
     `observations`: status.observations, the KV capacities the engines measured; each pool's
     planner gets those of its GPU type and the service's model (learning from the fleet).
+    `gpu_allocation`: the cluster default for specs without spec.placement.gpuAllocation.
 
     A type whose nodes are all cordoned or NotReady is still planned from their hardware: it
     is unavailable (`PoolOutcome.unavailable`), never infeasible.
@@ -284,6 +293,7 @@ def plan_pools(
                 overrides,
                 plans or PlanCache(maxsize=0),
                 observations,
+                allocation_mode(spec, gpu_allocation),
             )
         )
     order = {g: i for i, g in enumerate(spec.placement.gpu_types)}
@@ -299,6 +309,7 @@ def _plan_group(
     overrides: Sequence[Override],
     plans: PlanCache,
     observations: Sequence[Observation] = (),
+    allocation: GpuAllocation = GpuAllocation.DEVICE_PLUGIN,
 ) -> PoolOutcome:
     service, spec = prepared.service, prepared.service.spec
     name = deployment_name(service.name, group.product)
@@ -415,6 +426,11 @@ def _plan_group(
         weights_gib_total=result.memory.weights_gib * tp,
         host_memory_gib=host_limit,
         shm_gib=host.shm_gib,
+        gpu_claim=(
+            pool_claim(group.product, facts, tp, group.mig_profiles)
+            if allocation == GpuAllocation.DRA
+            else None
+        ),
     )
     deployment = render_workload(service, render)
     planned_status = result.to_status()
@@ -456,6 +472,7 @@ def _plan_group(
         unavailable=unavailable,
         plan=status_plan,
         deployment=deployment,
+        claim_template=render_pool_claim_template(service, render),
         deployment_name=name,
         summary=summary,
         applied_message=(

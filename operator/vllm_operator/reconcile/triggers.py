@@ -130,6 +130,15 @@ class Triggers:
             return []
         return sorted(k for k, allowed in index if allowed & wanted)
 
+    def services_affected_by_products(self, products: set[str]) -> list[Key]:
+        """Services to re-plan after a DRA ResourceSlice event (#30): those allowing a GPU type
+        the slice publishes; the node view is rebuilt on the next read."""
+        with self._guard:
+            index = list(self._gpu_index.items())  # a snapshot: workers write the index
+        self._on_nodes_changed()
+        wanted = {canonical_label(p) for p in products if p}
+        return sorted(k for k, allowed in index if allowed & wanted)
+
 
 __all__ = [
     "NODE_FIELDS",

@@ -44,6 +44,10 @@ class CountingGateway:
         self._read("list:Node")
         return self.inner.list_nodes()
 
+    def list_resource_slices(self) -> list[Obj]:
+        self._read("list:ResourceSlice")
+        return self.inner.list_resource_slices()
+
     def get(self, kind: Kind, namespace: str, name: str) -> Obj | None:
         self._read(f"get:{kind}")
         return self.inner.get(kind, namespace, name)

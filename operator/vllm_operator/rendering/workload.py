@@ -18,6 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vllm_operator.api.security import container_security_context, pod_security_context
 from vllm_operator.api.service import API_VERSION, KIND, VLLMService
+from vllm_operator.rendering.dra import (
+    GpuClaim,
+    claim_pod_spec,
+    claim_template_name,
+    render_claim_template,
+)
 from vllm_operator.rendering.drain import DrainPlan, plan_drain
 from vllm_operator.rendering.names import (
     ANNOTATION_GPU_TYPE,
@@ -97,6 +103,11 @@ class PoolRender(BaseModel):
     shm_gib: int | None = Field(
         default=None, ge=1, description="/dev/shm size with TP > 1 (memory-backed emptyDir)."
     )
+    gpu_claim: GpuClaim | None = Field(
+        default=None,
+        description="gpuAllocation dra: the devices each pod claims through the pool's "
+        "ResourceClaimTemplate (rendering/dra.py) instead of the extended resource.",
+    )
 
 
 def drain_for(service: VLLMService, pool: PoolRender) -> DrainPlan:
@@ -125,6 +136,9 @@ def plan_hash(service: VLLMService, pool: PoolRender) -> str:
         # Only multi-node pools hash these: single-node hashes (and so their pods) stay as they
         # were before LeaderWorkerSet pools existed.
         payload["group"] = [pool.nodes_per_replica, pool.leader_argv, pool.worker_argv]
+    if pool.gpu_claim is not None:
+        # Only DRA pools hash the claim: device-plugin hashes stay as they were.
+        payload["claim"] = pool.gpu_claim.to_hash()
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -274,7 +288,7 @@ def _container(
 
 def _pod_spec(service: VLLMService, pool: PoolRender, container: Obj, drain: DrainPlan) -> Obj:
     volumes, _ = _volumes(service, pool)
-    return {
+    spec: Obj = {
         # Service links would inject VLLM_PORT from any Service named `vllm`.
         "enableServiceLinks": False,
         # preStop and the engine's own drain both run within it (rendering/drain.py).
@@ -285,6 +299,10 @@ def _pod_spec(service: VLLMService, pool: PoolRender, container: Obj, drain: Dra
         "containers": [container],
         "volumes": volumes,
     }
+    if pool.gpu_claim is not None:
+        name = claim_template_name(deployment_name(service.name, pool.gpu_type), pool.gpu_claim)
+        return claim_pod_spec(spec, name, pool.gpu_resource)
+    return spec
 
 
 def _rollout(service: VLLMService) -> Obj:
@@ -420,6 +438,16 @@ def render_workload(service: VLLMService, pool: PoolRender) -> Obj:
     if pool.nodes_per_replica > 1:
         return render_leader_worker_set(service, pool)
     return render_deployment(service, pool)
+
+
+def render_pool_claim_template(service: VLLMService, pool: PoolRender) -> Obj | None:
+    """The pool's ResourceClaimTemplate in gpuAllocation dra mode (None otherwise); owned by the
+    service like the workload that refers to it."""
+    if pool.gpu_claim is None:
+        return None
+    name = claim_template_name(deployment_name(service.name, pool.gpu_type), pool.gpu_claim)
+    labels = {LABEL_POOL: gpu_short_name(pool.gpu_type)}
+    return render_claim_template(_metadata(service, name, labels), pool.gpu_claim)
 
 
 def render_service(service: VLLMService) -> Obj:

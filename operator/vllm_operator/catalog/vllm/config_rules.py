@@ -39,6 +39,9 @@ class ConfigRule:
     """The values to put in ``quote`` when the rule is broken, None when it holds."""
     constraint: tuple[str, str, object] | None = None
     """For a ``Field`` constraint: (field, keyword, value), checked in the source as written."""
+    at_engine_start: bool = False
+    """vLLM's parser keeps the flag's value as a dict and builds the config class only in the
+    engine configuration: the parser takes the value, `vllm serve` then fails at start."""
 
     def applies(self, version: str) -> bool:
         at = version_position(version)
@@ -119,6 +122,21 @@ def _activities(obj: Obj, cls: ConfigClassSpec) -> tuple[object, ...] | None:
     return ()
 
 
+def _engram_thp(obj: Obj, cls: ConfigClassSpec) -> tuple[object, ...] | None:
+    """use_thp needs private CPU-offloaded tables: cpu_offload on, dp_shared_memory off."""
+    if obj.get("use_thp") is True and (
+        obj.get("cpu_offload") is not True or obj.get("dp_shared_memory") is True
+    ):
+        return ()
+    return None
+
+
+def _engram_shared(obj: Obj, cls: ConfigClassSpec) -> tuple[object, ...] | None:
+    if obj.get("dp_shared_memory") is True and obj.get("cpu_offload") is not True:
+        return ()
+    return None
+
+
 _PROTON_OPTIONS = (
     "proton_profiler_dir",
     "proton_context",
@@ -174,6 +192,7 @@ _DECODING = {
     "StructuredOutputsConfig._validate_structured_output_config",
 }
 _PROFILER = "vllm/config/profiler.py:ProfilerConfig._validate_profiler_config"
+_ENGRAM = "vllm/config/engram.py:EngramConfig._validate_shared_memory"
 
 # Ranges read from every catalog release's source (the flag's JSON schema starts at the first
 # release listed; tests/vllm_catalog/test_config_rules_sources.py checks each citation).
@@ -222,6 +241,29 @@ RULES: tuple[ConfigRule, ...] = (
         sources=_DECODING,
         quote="disable_any_whitespace is only supported for xgrammar and guidance backends.",
         check=_one_of("disable_any_whitespace", "backend", ("xgrammar", "guidance"), "auto"),
+    ),
+    # EngramConfig (--engram-config, from 0.30.0; use_thp from 0.31.0): checked in the 0.32.0
+    # and 0.33.0 sources (the generative oracle found the first through vLLM 0.32.0's engine
+    # configuration); 0.30.0/0.31.0 are not claimed until their sources are read.
+    ConfigRule(
+        name="engram-shared-memory-needs-cpu-offload",
+        flag="--engram-config",
+        since="0.32.0",
+        until=None,
+        sources={"0.32.0": _ENGRAM},
+        quote="dp_shared_memory requires cpu_offload=True",
+        check=_engram_shared,
+        at_engine_start=True,
+    ),
+    ConfigRule(
+        name="engram-thp-needs-private-cpu-offload",
+        flag="--engram-config",
+        since="0.32.0",
+        until=None,
+        sources={"0.32.0": _ENGRAM},
+        quote="use_thp requires cpu_offload=True and dp_shared_memory=False",
+        check=_engram_thp,
+        at_engine_start=True,
     ),
     # ProfilerConfig: from 0.16.0 (until 0.15.1 environment variables could set profiler and
     # torch_profiler_dir, so a value alone did not decide these rules).
@@ -325,8 +367,13 @@ def config_rule_problems(flag: str, version: str, cls: ConfigClassSpec, obj: Obj
         if values is None:
             continue
         message = rule.quote.format(*values)
+        when = (
+            " (the parser takes it, the engine configuration then fails at start)"
+            if rule.at_engine_start
+            else ""
+        )
         out.append(
-            f'{flag}: vLLM {version} refuses this value: "{message}" [{rule.where(version)}]'
+            f'{flag}: vLLM {version} refuses this value: "{message}" [{rule.where(version)}]' + when
         )
     return out
 
