@@ -40,6 +40,7 @@ from vllm_operator.remediation import (
     fold_groups,
     observe_pod,
 )
+from vllm_operator.remediation.diagnosis import parse_time
 from vllm_operator.remediation.health import StartupBudget, pool_failure, startup_budget
 from vllm_operator.rendering import workload
 from vllm_operator.rendering.names import (
@@ -76,15 +77,6 @@ class BatchMetricsSource(Protocol):
     def observe_many(
         self, requests: list[MetricsRequest], now: datetime
     ) -> list[ServiceMetrics]: ...
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 class Evaluator:
@@ -404,7 +396,7 @@ class Evaluator:
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         mine = next((s for s in statuses if s.get("name") == CONTAINER), None)
         terminated = ((mine or {}).get("lastState") or {}).get("terminated") or {}
-        finished = _parse_time(terminated.get("finishedAt"))
+        finished = parse_time(terminated.get("finishedAt"))
         if finished is None:
             return None
         last_step = max((h.time for h in status.history if h.pool == pool), default=None)
@@ -445,7 +437,7 @@ class Evaluator:
         for pods in pods_by_pool.values():
             for pod in list(pods):
                 annotations = (pod.get("metadata") or {}).get("annotations") or {}
-                since = _parse_time(annotations.get(ANNOTATION_DRAINING_SINCE))
+                since = parse_time(annotations.get(ANNOTATION_DRAINING_SINCE))
                 if since is None:
                     continue
                 name = pod["metadata"]["name"]

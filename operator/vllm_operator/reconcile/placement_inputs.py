@@ -27,6 +27,7 @@ from vllm_operator.reconcile.placement import (
     decide,
 )
 from vllm_operator.reconcile.pools import PoolOutcome
+from vllm_operator.remediation.diagnosis import parse_time
 from vllm_operator.rendering.names import LABEL_POOL, gpu_short_name, selector_labels
 
 Obj = dict[str, Any]
@@ -59,15 +60,6 @@ def _gpus_per_replica(deployment: Obj) -> tuple[str, int]:
             if str(name).startswith("nvidia.com/"):
                 return str(name), max(1, int(str(value)))
     return "nvidia.com/gpu", 1
-
-
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _quota_refused(live: Obj | None) -> bool:
@@ -114,7 +106,7 @@ def type_states(
             )
         )
         stuck = [
-            _time(c.get("lastTransitionTime"))
+            parse_time(c.get("lastTransitionTime"))
             for p in mine
             if not (p.get("spec") or {}).get("nodeName")
             for c in (p.get("status") or {}).get("conditions") or []
