@@ -168,8 +168,30 @@ def test_full_h100_spills_to_a100_and_one_replica_moves_back_when_a_node_frees(
         }
 
     wait_for(moved, timeout=240, interval=0.5, what="one replica moved back to H100")
-    # Added before drained: H100 got its replica while A100 still had both.
-    assert any(c[H100][0] == 1 and c[A100][0] == 2 for c in seen), seen
+    # Added before drained: the H100 pod was Ready before the spilled replica was removed. Read
+    # from the recorded times, not from sampling: on the work queue the intermediate state (H100
+    # 1, A100 2) can last less than one poll of this test.
+    h100_dep = next(
+        d
+        for d in deployments(kube, namespace)
+        if d["metadata"]["annotations"]["serving.vllm-operator.dev/gpu-type"] == H100
+    )
+    (h100_pod,) = kube.list(
+        f"/api/v1/namespaces/{namespace}/pods",
+        label_selector=",".join(
+            f"{k}={v}" for k, v in sorted(h100_dep["spec"]["selector"]["matchLabels"].items())
+        ),
+    )
+    ready_at = next(
+        c["lastTransitionTime"]
+        for c in h100_pod["status"]["conditions"]
+        if c["type"] == "Ready" and c["status"] == "True"
+    )
+    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
+    moving_at = min(e["firstTimestamp"] for e in events if e["reason"] == "ReplicaMovingBack")
+    moved_at = min(e["firstTimestamp"] for e in events if e["reason"] == "ReplicaMovedBack")
+    # RFC 3339 in UTC with second precision on both sides: string order is time order.
+    assert moving_at <= ready_at <= moved_at, (moving_at, ready_at, moved_at)
     # Once both A100 replicas were Ready, the Ready count never fell below the total.
     first_ready = next(i for i, c in enumerate(seen) if c[A100][1] + c[H100][1] >= 2)
     assert all(c[A100][1] + c[H100][1] >= 2 for c in seen[first_ready:]), seen
