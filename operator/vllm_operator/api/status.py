@@ -340,6 +340,12 @@ class CanaryStatus(ApiModel):
     started_at: datetime = Field(description="When the canary was started.")
     pod: str | None = Field(default=None, description="The canary pod (the leader of a group).")
     message: str = Field(default="", description="Why it failed, with the numbers; or progress.")
+    in_place: bool = Field(
+        default=False,
+        description="The canary took the place of one of the pool's pods (maxSurge 0, or no "
+        "free GPU of the pool's type for an extra pod when it started): the pool runs one "
+        "replica fewer while the canary is watched.",
+    )
 
 
 class PoolStatus(ApiModel):
