@@ -119,6 +119,8 @@ def test_a_new_plan_runs_on_one_canary_pod_while_the_pool_keeps_its_plan() -> No
     assert "--max-model-len" in pool["lastGoodPlan"]["argv"]
     assert condition(status, "Progressing")["reason"] == "CanaryObserving"
     assert "CanaryStarted" in outcome.events
+    # kubectl get -o wide / Argo CD: which plan runs and which one is tried.
+    assert status["plans"] == f"L4 runs {old_hash[:8]}, trying {plan_hash(gw, CANARY)[:8]}"
 
 
 def test_a_canary_ready_for_its_window_is_promoted_to_the_pool() -> None:
@@ -142,6 +144,8 @@ def test_a_canary_ready_for_its_window_is_promoted_to_the_pool() -> None:
     assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
     assert plan_hash(gw) == new_hash
     assert gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["spec"]["replicas"] == 2
+    # Promoted but not yet seen healthy on every replica: the last good plan is still the old.
+    assert status_of(gw, NAME)["plans"].startswith(f"L4 runs {new_hash[:8]}, last good ")
     (pool,) = status_of(gw, NAME)["pools"]
     assert "canary" not in pool or pool["canary"] is None
 
@@ -165,6 +169,7 @@ def test_a_restarted_canary_is_rolled_back_and_its_plan_not_retried() -> None:
     assert "restarted 2 time(s)" in degraded["message"] and failed_hash in degraded["message"]
     (pool,) = status["pools"]
     assert pool["canary"]["phase"] == "Failed" and pool["lastGoodPlan"]["hash"] == old_hash
+    assert status["plans"] == f"L4 runs {old_hash[:8]}, {failed_hash[:8]} failed"
 
     # Nothing changed: the failed plan is not tried again, and nothing is written.
     clock.now = NOW + timedelta(hours=1)

@@ -502,6 +502,12 @@ class VLLMServiceStatus(ApiModel):
     ready: str | None = Field(
         default=None, description="Ready replicas over desired replicas, all pools, e.g. 2/2."
     )
+    plans: str | None = Field(
+        default=None,
+        description="Which plan each pool runs, tries and last ran healthy, for kubectl (-o "
+        "wide) and Argo CD, e.g. `L4 runs 3f2a1b2c, trying 9b1c2d3e` or `L4 runs 3f2a1b2c, "
+        "9b1c2d3e failed` (plan hashes, 8 characters; full ones in status.pools[]).",
+    )
     pools: list[PoolStatus] = Field(
         default_factory=list,
         description="One entry per GPU type the service may use.",
