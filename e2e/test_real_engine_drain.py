@@ -250,7 +250,7 @@ def test_the_rendered_drain_loses_no_request_when_the_kubelet_stops_the_engine(
         threading.Thread(target=client, args=(engine, endpoints), daemon=True)
         for _ in range(CLIENTS)
     ]
-    with _stopped_on_failure(endpoints), running_engine(engine):
+    with _stopped_on_failure(endpoints), running_engine(engine, timeout=900):
         endpoints.ready.set()  # Ready: listed in the Service
         for t in threads:
             t.start()
