@@ -12,8 +12,9 @@
 --   Degraded=True with a memory crash the operator remediates
 --     (StartupOOM, RuntimeOOM, HostOOM, StartupKVInsufficient,
 --     StartupFreeMemory), MemoryPressure=True, mode auto         -> Progressing (the operator is acting)
---   Degraded=True  (PoolsUnavailable, Crashing, StartupStalled,
+--   Degraded=True  (PoolsUnavailable, Crashing, StartupStalled, CanaryFailed,
 --     UnrecognizedArguments, a memory crash nobody acts on, ...)  -> Degraded
+--   Progressing=True CanaryObserving (a new plan on one canary pod) -> Progressing
 --   Progressing=False reason NoMatchingNodes                     -> Degraded   (no node of an allowed GPU type;
 --                                                                   re-planned automatically when one appears),
 --                                                                   unless placement.strategy Preferred is Ready
@@ -23,6 +24,7 @@
 --   Ready=True                                                   -> Healthy (spilled replicas of placement.strategy
 --                                                                   Preferred are named in the message)
 --   otherwise (RollingOut, PodsNotReady, AwaitingNodes)          -> Progressing
+-- Canary messages end with status.plans (which plan runs, is tried, failed, was last good).
 -- The remediation mode alone never makes a service Suspended: recommend/off only decide who acts
 -- on memory pressure, the service still serves traffic.
 
@@ -53,6 +55,13 @@ end
 
 local spec = obj.spec or {}
 local status = obj.status
+
+local function with_plans(text)
+  if status ~= nil and status.plans ~= nil and status.plans ~= "" then
+    return text .. " (" .. status.plans .. ")"
+  end
+  return text
+end
 local generation = (obj.metadata or {}).generation
 
 if status == nil or status.observedGeneration == nil then
@@ -115,6 +124,14 @@ if degraded ~= nil and degraded.status == "True" then
   end
   hs.status = "Degraded"
   hs.message = describe(degraded, "Degraded")
+  if degraded.reason == "CanaryFailed" then
+    hs.message = with_plans(hs.message)
+  end
+  return hs
+end
+if progressing ~= nil and progressing.status == "True" and progressing.reason == "CanaryObserving" then
+  hs.status = "Progressing"
+  hs.message = with_plans(describe(progressing, "CanaryObserving"))
   return hs
 end
 if progressing ~= nil and progressing.status == "False" and progressing.reason == "NoMatchingNodes"

@@ -71,6 +71,7 @@ def test_names_subresource_and_printer_columns() -> None:
         "GPU pools",
         "Ready",
         "Placement",
+        "Plans",
         "P99 context",
         "Concurrency",
         "Age",

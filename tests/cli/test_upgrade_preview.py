@@ -97,3 +97,32 @@ def test_rule_changes_are_the_rules_that_start_or_stop_applying() -> None:
             for v in ("0.11.0", "0.33.0")
         }
         assert applies["0.33.0"] == (sign == "+") and applies["0.11.0"] == (sign == "-")
+
+
+def test_the_preview_puts_in_the_users_planner_overrides_as_the_reconcile_does(
+    tmp_path: Path,
+) -> None:
+    doc = yaml.safe_load(T4.read_text())
+    doc["spec"]["vllm"]["allowPlannerOverride"] = True
+    doc["spec"]["vllm"]["extraArgs"] = {"--gpu-memory-utilization": "0.8"}
+    path = tmp_path / "svc.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    result = run(str(path), "--vllm-version", "0.33.0", "-o", "json")
+    assert result.exit_code == 0, result.output
+    (pool,) = json.loads(result.output)["upgrade"]
+    # `plan` (the reconcile's user_values) on the same file gives the "from" figures.
+    plain = run(str(path), "-o", "json")
+    assert plain.exit_code == 0, plain.output
+    planned = json.loads(plain.output)["pools"][0]
+    assert planned["engine_args"]["gpu_memory_utilization"] == 0.8
+    assert pool["kvCacheTokens"]["from"] == planned["memory"]["kv_cache_tokens"]
+    # Without the override the planner's own utilization gives other figures.
+    default = run(str(T4), "--vllm-version", "0.33.0", "-o", "json")
+    (unset,) = json.loads(default.output)["upgrade"]
+    assert pool["kvCacheTokens"]["from"] != unset["kvCacheTokens"]["from"]
+    assert pool["kvCacheTokens"]["to"] != unset["kvCacheTokens"]["to"]
+    # Both releases run the user's value: rendered once, never a change.
+    for argv in (pool["argv"]["from"], pool["argv"]["to"]):
+        assert argv.count("--gpu-memory-utilization") == 1
+        assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.8"
+    assert "gpu_memory_utilization" not in pool["engineArgs"]

@@ -119,6 +119,8 @@ def test_a_new_plan_runs_on_one_canary_pod_while_the_pool_keeps_its_plan() -> No
     assert "--max-model-len" in pool["lastGoodPlan"]["argv"]
     assert condition(status, "Progressing")["reason"] == "CanaryObserving"
     assert "CanaryStarted" in outcome.events
+    # kubectl get -o wide / Argo CD: which plan runs and which one is tried.
+    assert status["plans"] == f"L4 runs {old_hash[:8]}, trying {plan_hash(gw, CANARY)[:8]}"
 
 
 def test_a_canary_ready_for_its_window_is_promoted_to_the_pool() -> None:
@@ -142,6 +144,8 @@ def test_a_canary_ready_for_its_window_is_promoted_to_the_pool() -> None:
     assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
     assert plan_hash(gw) == new_hash
     assert gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["spec"]["replicas"] == 2
+    # Promoted but not yet seen healthy on every replica: the last good plan is still the old.
+    assert status_of(gw, NAME)["plans"].startswith(f"L4 runs {new_hash[:8]}, last good ")
     (pool,) = status_of(gw, NAME)["pools"]
     assert "canary" not in pool or pool["canary"] is None
 
@@ -165,6 +169,7 @@ def test_a_restarted_canary_is_rolled_back_and_its_plan_not_retried() -> None:
     assert "restarted 2 time(s)" in degraded["message"] and failed_hash in degraded["message"]
     (pool,) = status["pools"]
     assert pool["canary"]["phase"] == "Failed" and pool["lastGoodPlan"]["hash"] == old_hash
+    assert status["plans"] == f"L4 runs {old_hash[:8]}, {failed_hash[:8]} failed"
 
     # Nothing changed: the failed plan is not tried again, and nothing is written.
     clock.now = NOW + timedelta(hours=1)
@@ -270,3 +275,53 @@ def test_a_leader_worker_set_canary_is_one_group_and_its_pool_holds_its_template
     assert held["spec"]["leaderWorkerTemplate"] == old["spec"]["leaderWorkerTemplate"]
     assert held["metadata"]["annotations"][ANNOTATION_PLAN_HASH] == old_hash
     assert held["spec"]["replicas"] == new["spec"]["replicas"] - 1
+
+
+def bound_gpu_pod(gw: FakeGateway, node: str = "l4-0", name: str = "other-0") -> None:
+    """A pod of another workload bound to `node`, holding its one GPU."""
+    gw.add(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "other"},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+            },
+            "status": {"phase": "Running"},
+        }
+    )
+
+
+def surging(gw: FakeGateway) -> None:
+    svc = copy.deepcopy(gw.get(Kind.VLLM_SERVICE, NS, NAME))
+    assert svc is not None
+    svc["spec"]["rollout"].update({"maxSurge": 1, "maxUnavailable": 0})
+    gw.add(svc)
+
+
+def test_without_a_free_gpu_for_a_surge_the_canary_takes_one_pods_place() -> None:
+    gw, ctl, _ = started(replicas=2)
+    surging(gw)
+    bound_gpu_pod(gw)  # the L4 node's only GPU is taken: a surged canary could not be placed
+    ctl.reconcile(NS, NAME)
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is not None
+    assert gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["spec"]["replicas"] == 1
+    (pool,) = status_of(gw, NAME)["pools"]
+    assert pool["canary"]["inPlace"] is True
+
+
+def test_with_a_free_gpu_the_canary_surges_and_keeps_surging_once_it_holds_it() -> None:
+    gw, ctl, clock = started(replicas=2)
+    surging(gw)
+    ctl.reconcile(NS, NAME)
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is not None
+    assert gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["spec"]["replicas"] == 2
+    (pool,) = status_of(gw, NAME)["pools"]
+    assert not pool["canary"].get("inPlace")
+    # The canary's pod now holds the free GPU: the choice made at the start stands.
+    bound_gpu_pod(gw, name="canary-holds-it")
+    put_canary_pod(gw, ready_since=None)
+    clock.now = NOW + timedelta(seconds=30)
+    ctl.reconcile(NS, NAME)
+    assert gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["spec"]["replicas"] == 2

@@ -32,6 +32,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "GPU pools", "type": "string", "jsonPath": ".status.gpuPools"},
     {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
     {"name": "Placement", "type": "string", "jsonPath": ".status.placement.summary"},
+    {"name": "Plans", "type": "string", "jsonPath": ".status.plans", "priority": 1},
     {"name": "P99 context", "type": "integer", "jsonPath": ".spec.workload.p99ContextTokens"},
     {"name": "Concurrency", "type": "integer", "jsonPath": ".spec.workload.concurrency"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -340,6 +340,12 @@ class CanaryStatus(ApiModel):
     started_at: datetime = Field(description="When the canary was started.")
     pod: str | None = Field(default=None, description="The canary pod (the leader of a group).")
     message: str = Field(default="", description="Why it failed, with the numbers; or progress.")
+    in_place: bool = Field(
+        default=False,
+        description="The canary took the place of one of the pool's pods (maxSurge 0, or no "
+        "free GPU of the pool's type for an extra pod when it started): the pool runs one "
+        "replica fewer while the canary is watched.",
+    )
 
 
 class PoolStatus(ApiModel):
@@ -495,6 +501,12 @@ class VLLMServiceStatus(ApiModel):
     )
     ready: str | None = Field(
         default=None, description="Ready replicas over desired replicas, all pools, e.g. 2/2."
+    )
+    plans: str | None = Field(
+        default=None,
+        description="Which plan each pool runs, tries and last ran healthy, for kubectl (-o "
+        "wide) and Argo CD, e.g. `L4 runs 3f2a1b2c, trying 9b1c2d3e` or `L4 runs 3f2a1b2c, "
+        "9b1c2d3e failed` (plan hashes, 8 characters; full ones in status.pools[]).",
     )
     pools: list[PoolStatus] = Field(
         default_factory=list,

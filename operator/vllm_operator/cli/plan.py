@@ -217,7 +217,7 @@ def plan(
         placed = _placed(service.spec, max_nodes, gpus_per_node)
         name = service.name or service.spec.model.name
         if upgrade_to is not None:
-            pools = preview(placed, facts, one.arch, upgrade_to)
+            pools = preview(placed, facts, one.arch, upgrade_to, one)
             if output == "table":
                 for line in preview_lines(name, pools):
                     click.echo(line)

@@ -6,10 +6,12 @@ service: the flags it uses that the release removed, renamed or deprecated (from
 catalogs, generated from their own parsers), the plan's engine arguments, KV-cache tokens and
 concurrency at P99 old -> new (the memory model of each release), the host-memory limit, and the
 vLLM startup rules (planning/engine_rules.py) the effective configuration newly breaks or no
-longer meets. The plan itself is the controller's (`plan_service`), so the preview is what the
-operator would apply.
+longer meets. The plan itself is the controller's (`plan_service`, then the spec's
+allowPlannerOverride values as `reconcile.pools.user_values` puts them in for both releases), so
+the preview is what the operator would apply.
 """
 
+from dataclasses import replace
 from typing import Any
 
 from vllm_operator.api.spec import VLLMServiceSpec
@@ -20,8 +22,10 @@ from vllm_operator.catalog.vllm.values import extra_arg_values
 from vllm_operator.planning.alternatives import Infeasible
 from vllm_operator.planning.engine_rules import RULES, check_engine_rules
 from vllm_operator.planning.host_memory import plan_host_memory
-from vllm_operator.planning.plan import PoolPlan, plan_service
+from vllm_operator.planning.intent import PlanIntent
+from vllm_operator.planning.plan import PlanResult, PoolPlan, plan_service
 from vllm_operator.planning.versions import VllmVersion
+from vllm_operator.reconcile.pools import PreparedService, user_values
 from vllm_operator.rendering.args import ArgsRejected, engine_argv
 
 
@@ -37,12 +41,39 @@ def _with_version(spec: VLLMServiceSpec, version: str) -> VLLMServiceSpec:
     return spec.model_copy(update={"vllm": spec.vllm.model_copy(update={"version": version})})
 
 
-def _argv(spec: VLLMServiceSpec, plan: PoolPlan) -> tuple[list[str], str]:
+def _with_user_values(
+    prepared: PreparedService | None,
+    spec: VLLMServiceSpec,
+    results: list[PlanResult],
+    gpus: list[GpuFacts],
+) -> tuple[list[PlanResult], list[frozenset[str]]]:
+    """Each feasible plan with the spec's allowPlannerOverride values, as the reconcile renders
+    it (reconcile.pools.user_values, for this spec's release), and its unplanned fields."""
+    if prepared is None:
+        return results, [frozenset()] * len(results)
+    one = replace(prepared, service=prepared.service.model_copy(update={"spec": spec}))
+    out: list[PlanResult] = []
+    unplanned: list[frozenset[str]] = []
+    for result, gpu in zip(results, gpus, strict=True):
+        if isinstance(result, PoolPlan):
+            overridden = user_values(one, result, PlanIntent.from_spec(spec), gpu)
+            out.append(overridden.plan)
+            unplanned.append(overridden.unplanned)
+        else:
+            out.append(result)
+            unplanned.append(frozenset())
+    return out, unplanned
+
+
+def _argv(
+    spec: VLLMServiceSpec, plan: PoolPlan, unplanned: frozenset[str] = frozenset()
+) -> tuple[list[str], str]:
+    rendered = {k: None if k in unplanned else v for k, v in plan.engine_args.rendered().items()}
     try:
         return (
             engine_argv(
                 spec.vllm.version,
-                plan.engine_args.rendered(),
+                rendered,
                 spec.vllm.extra_args,
                 allow_override=spec.vllm.allow_planner_override,
             ),
@@ -76,15 +107,29 @@ def _violations(spec: VLLMServiceSpec, plan: PoolPlan) -> list[str]:
 
 
 def preview(
-    spec: VLLMServiceSpec, gpus: list[GpuFacts], arch: Architecture, new: str
+    spec: VLLMServiceSpec,
+    gpus: list[GpuFacts],
+    arch: Architecture,
+    new: str,
+    prepared: PreparedService | None = None,
 ) -> list[dict[str, Any]]:
-    """Per GPU type: what changes when `spec` moves from its version to `new`."""
+    """Per GPU type: what changes when `spec` moves from its version to `new`.
+
+    `prepared`: the service as the controller prepared it; with it the spec's
+    allowPlannerOverride values replace the planner's in both plans, as the reconcile does.
+    """
     old = spec.vllm.version
     new_spec = _with_version(spec, new)
     rules = rule_changes(old, new)
     pools: list[dict[str, Any]] = []
-    for before, after in zip(
-        plan_service(spec, gpus, arch), plan_service(new_spec, gpus, arch), strict=True
+    befores, old_unplanned = _with_user_values(
+        prepared, spec, list(plan_service(spec, gpus, arch)), gpus
+    )
+    afters, new_unplanned = _with_user_values(
+        prepared, new_spec, list(plan_service(new_spec, gpus, arch)), gpus
+    )
+    for before, after, before_unplanned, after_unplanned in zip(
+        befores, afters, old_unplanned, new_unplanned, strict=True
     ):
         entry: dict[str, Any] = {"gpuType": before.gpu_type, "from": old, "to": new}
         if isinstance(before, Infeasible) or isinstance(after, Infeasible):
@@ -96,8 +141,8 @@ def preview(
                 entry["reasons"] = list(after.reasons)
             pools.append(entry)
             continue
-        old_argv, _ = _argv(spec, before)
-        new_argv, refused = _argv(new_spec, after)
+        old_argv, _ = _argv(spec, before, before_unplanned)
+        new_argv, refused = _argv(new_spec, after, after_unplanned)
         flags = flag_changes(old, new, argv_flags(old_argv))
         old_args, new_args = before.engine_args.rendered(), after.engine_args.rendered()
         entry.update(

@@ -10,8 +10,12 @@ the pool's failure diagnosis and the engines' KV measurements from status) and c
   diagnoses them like any pod of the pool (plan-hash tells the plans apart);
 - while the canary runs, and after it failed, the pool's workload is *held*: applied as rendered
   except its pod template (and plan-hash), which stay what runs — the last good plan, unchanged
-  pods. With `spec.rollout.maxSurge` 0 (no spare GPUs), the held workload runs one replica fewer
-  while the canary runs, so the canary takes the place of one pod instead of surging;
+  pods. With `spec.rollout.maxSurge` 0, or when the pool's GPU type has no free GPUs for one more
+  pod when the canary starts (the inventory, reconcile/placement_inputs.py pool_room), the held
+  workload runs one replica fewer while the canary runs, so the canary takes the place of one pod
+  instead of surging into a pod the scheduler cannot place (one pod at a time: what the
+  service's PodDisruptionBudget, maxUnavailable 1, allows). The choice is made once, at the start,
+  and kept in status (`canary.inPlace`): once the canary runs it holds the GPUs a surge needed;
 - promotion applies the rendered workload (a normal rolling update, every stopping pod drained)
   and deletes the canary; rollback deletes the canary and keeps holding.
 """
@@ -28,6 +32,7 @@ from vllm_operator.api.status import CanaryStatus, PlanRecord, PoolStatus, VLLMS
 from vllm_operator.kube.gateway import Kind, KubeGateway
 from vllm_operator.reconcile.diff import needs_apply
 from vllm_operator.reconcile.observed import PLAN_DEVIATION_THRESHOLD_PERCENT, observation_key
+from vllm_operator.reconcile.placement_inputs import pool_room
 from vllm_operator.reconcile.pools import PoolOutcome
 from vllm_operator.remediation.canary import (
     FAILED,
@@ -169,6 +174,34 @@ def _old_pool(old: VLLMServiceStatus, gpu_type: str) -> PoolStatus | None:
     return next((p for p in old.pools if p.gpu_type == gpu_type), None)
 
 
+def surge_room(
+    gw: KubeGateway, service: VLLMService, pool: PoolOutcome, live: Obj | None, nodes: list[Obj]
+) -> int | None:
+    """How many more pods of the pool the free GPUs of its type take now, read only when a canary
+    could surge into them (canaries on, maxSurge > 0, a running Deployment pool whose plan
+    changes); None otherwise or when the inventory cannot tell (DRA claims, LeaderWorkerSets:
+    the spec's maxSurge decides alone)."""
+    desired = pool.deployment
+    rollout = service.spec.rollout
+    if (
+        desired is None
+        or live is None
+        or not rollout.canary.enabled
+        or rollout.max_surge == 0
+        or desired.get("kind") != "Deployment"
+        or pool.claim_template is not None
+        or _hash(desired) == _hash(live)
+    ):
+        return None
+    return pool_room(
+        desired,
+        pool.product or pool.gpu_type,
+        nodes,
+        gw.gpu_requests_by_node(),
+        dict(service.spec.placement.node_selector),
+    )
+
+
 def gate(
     gw: KubeGateway,
     service: VLLMService,
@@ -176,8 +209,13 @@ def gate(
     live: Obj | None,
     old: VLLMServiceStatus,
     now: datetime,
+    room: int | None = None,
 ) -> CanaryStep:
-    """Decide the pool's canary and carry it out; `pool.deployment` becomes what to apply."""
+    """Decide the pool's canary and carry it out; `pool.deployment` becomes what to apply.
+
+    `room`: more pods of the pool the free GPUs of its type take now (None: unknown, the spec's
+    maxSurge decides alone); 0 makes a starting canary take one pod's place.
+    """
     step = CanaryStep()
     desired = pool.deployment
     desired_hash = _hash(desired)
@@ -234,8 +272,12 @@ def gate(
         if needs_apply(canary, existing):
             gw.apply(canary)
             step.applied.append(f"{kind}/{name}")
-        # No spare GPUs (no surge): the canary takes one pod's place.
-        less = 1 if rollout.max_surge == 0 and spec_replicas is not None else 0
+        # No spare GPUs (no surge, or none free for one): the canary takes one pod's place.
+        if verdict is Verdict.START or previous is None:
+            in_place = rollout.max_surge == 0 or (room is not None and room < 1)
+        else:
+            in_place = previous.in_place or rollout.max_surge == 0
+        less = 1 if in_place and spec_replicas is not None else 0
         assert live is not None  # a canary only replaces a running plan
         pool.deployment = hold(desired, live, less)
         container = _main_container(desired)
@@ -249,6 +291,7 @@ def gate(
             started_at=started,
             pod=pod.name if pod is not None else None,
             message=decision.message,
+            in_place=in_place,
         )
         if verdict is Verdict.START:
             step.events.append(("Normal", Reason.CANARY_STARTED, decision.message))

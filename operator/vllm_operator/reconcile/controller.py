@@ -45,6 +45,7 @@ from vllm_operator.reconcile.admission import BoundedResolver, Verdict, review
 from vllm_operator.reconcile.admission_chain import check_object
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.canary import gate as canary_gate
+from vllm_operator.reconcile.canary import surge_room
 from vllm_operator.reconcile.diff import needs_apply
 from vllm_operator.reconcile.dra_apply import (
     SliceMismatches,
@@ -541,7 +542,8 @@ class Controller:
                 # gpuAllocation dra: the claim template first, so the pods can claim from it.
                 outcome.applied.extend(apply_claim_template(self.gw, pool.claim_template, live))
                 # A new plan of a running pool is tried on one canary pod first (#27).
-                step = canary_gate(self.gw, service, pool, live, old_status, now)
+                room = surge_room(self.gw, service, pool, live, nodes)
+                step = canary_gate(self.gw, service, pool, live, old_status, now, room)
                 outcome.applied.extend(step.applied)
                 outcome.deleted.extend(step.deleted)
                 for type_, reason, message in step.events:

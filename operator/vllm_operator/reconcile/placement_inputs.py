@@ -73,6 +73,34 @@ def _quota_refused(live: Obj | None) -> bool:
     return False
 
 
+def pool_room(
+    deployment: Obj,
+    product: str,
+    nodes: Sequence[Obj],
+    requested: dict[str, dict[str, int]],
+    node_selector: dict[str, str],
+) -> int:
+    """More replicas of the pool's workload the free allocatable GPUs of its schedulable, Ready
+    nodes take (allocatable minus what bound pods request, whole replicas per node). Pure."""
+    resource, per_replica = _gpus_per_replica(deployment)
+    room = 0
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if canonical_label(str(labels.get(LABEL_PRODUCT, ""))) != canonical_label(product):
+            continue
+        if any(labels.get(k) != v for k, v in node_selector.items()):
+            continue
+        if (node.get("spec") or {}).get("unschedulable") or not _ready_node(node):
+            continue
+        allocatable = int(
+            str(((node.get("status") or {}).get("allocatable") or {}).get(resource, 0) or 0)
+        )
+        used = requested.get(str(meta.get("name", "")), {}).get(resource, 0)
+        room += max(0, allocatable - used) // per_replica
+    return room
+
+
 def type_states(
     pools: Sequence[PoolOutcome],
     nodes: Sequence[Obj],
@@ -128,22 +156,7 @@ def type_states(
                 )
             )
             continue
-        resource, per_replica = _gpus_per_replica(pool.deployment)
-        room = 0
-        for node in nodes:
-            meta = node.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            if canonical_label(str(labels.get(LABEL_PRODUCT, ""))) != canonical_label(product):
-                continue
-            if any(labels.get(k) != v for k, v in node_selector.items()):
-                continue
-            if (node.get("spec") or {}).get("unschedulable") or not _ready_node(node):
-                continue
-            allocatable = int(
-                str(((node.get("status") or {}).get("allocatable") or {}).get(resource, 0) or 0)
-            )
-            used = requested.get(str(meta.get("name", "")), {}).get(resource, 0)
-            room += max(0, allocatable - used) // per_replica
+        room = pool_room(pool.deployment, product, nodes, requested, node_selector)
         states.append(
             TypeState(
                 gpu_type=pool.gpu_type,

@@ -464,8 +464,34 @@ def service_status(
             "pools": pool_status,
             "gpu_pools": summary or None,
             "ready": f"{ready_total}/{desired_total}",
+            "plans": plans_summary(pools, pool_status),
         }
     )
+
+
+def plans_summary(pools: list[PoolOutcome], pool_status: list[PoolStatus]) -> str | None:
+    """status.plans: per pool the plan its pods run, the one tried on a canary or that failed,
+    and the last good one when it is not what runs (#27: which plan runs, is tried, was good)."""
+    parts: list[str] = []
+    for pool, entry in zip(pools, pool_status, strict=True):
+        running = (
+            ((pool.live or {}).get("metadata") or {})
+            .get("annotations", {})
+            .get(ANNOTATION_PLAN_HASH)
+        )
+        if not running:
+            continue
+        text = f"{gpu_short_name(pool.product or pool.gpu_type).upper()} runs {running[:8]}"
+        canary = entry.canary
+        if canary is not None and canary.phase == OBSERVING:
+            text += f", trying {canary.hash[:8]}"
+        elif canary is not None and canary.phase == FAILED:
+            text += f", {canary.hash[:8]} failed"
+        good = entry.last_good_plan
+        if good is not None and good.hash != running:
+            text += f", last good {good.hash[:8]}"
+        parts.append(text)
+    return "; ".join(parts) or None
 
 
 def name_conflict_status(

@@ -1,0 +1,304 @@
+"""Never lose a request: the real CPU engine, run with the drain the operator renders, stopped the
+way the kubelet stops the operator's pod while several clients keep requests in flight (#27).
+
+The pod comes from the operator's own rendering path (`vllm-operator render`: prepare_service,
+plan_pools on a simulated L4 node) for the tiny serving model at the rig's vLLM version: its
+container argv (with the release's graceful-shutdown flag where the catalog has it), its preStop
+handler and its terminationGracePeriodSeconds. The rig maps the argv onto the CPU build
+(e2e/realvllm.py cpu_argv) and starts the engine. A `Service` stands in for the pod's endpoints:
+clients send each request only while the endpoint is listed, as kube-proxy or a gateway does.
+
+The stop is the kubelet's, in its order (rendering/drain.py): the endpoint is removed (the pod is
+terminating: readiness is gone before anything else), the rendered preStop program runs for real
+(its URL pointed at the engine's loopback port), SIGTERM goes to the container's main process
+(the API server, PID 1 in the pod), and SIGKILL to everything once the grace period, counted from
+the start, is spent.
+
+Counted, not sampled: every request a client sent is recorded with its outcome. The test holds
+when every request admitted before the stop completed with all the tokens it asked for, some of
+them were still running when SIGTERM came (so the engine's drain, not luck, finished them), the
+engine refused a request sent to it after SIGTERM, the clients stopped being routed there, and
+the engine exited by itself within the grace period. Bounded by engine state and request
+completion, never by a fixed window; client timeouts are longer than the test's own bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.kube import wait_for
+from e2e.prometheus import free_port
+from e2e.realvllm import (
+    RealEngine,
+    VllmCpu,
+    architecture,
+    cpu_argv,
+    running_engine,
+    sample_total,
+)
+from vllm_operator.api.manifests import check_service
+from vllm_operator.catalog.vllm.metric_names import metric_names
+from vllm_operator.cli.render import simulated_groups
+from vllm_operator.cli.specs import CliResolver
+from vllm_operator.reconcile.pools import plan_pools, prepare_service
+from vllm_operator.rendering.drain import SHUTDOWN_FLAG, has_shutdown_flag
+from vllm_operator.rendering.workload import PORT
+
+NAME = "drain"
+MODEL_NAME = "vllm-operator/tiny-llama"
+POOL = "NVIDIA-L4"
+P99 = 4096  # a drain budget of 209 s (rendering/drain.py): room for slow decoding on 2 cores
+MAX_UTILIZATION = 0.06  # ~0.9 GiB of planned KV: VLLM_CPU_KVCACHE_SPACE=1 (as in the rig test)
+CLIENTS = 4
+PROMPT = "Count slowly from one to one thousand, one number per line."
+OUTPUT_TOKENS = 600  # tens of seconds per request on 2 cores: still running after the preStop wait
+CLIENT_TIMEOUT_S = 900.0  # longer than any bound of the test: a client never gives up first
+
+
+def service(install: VllmCpu) -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.vllm-operator.dev/v1alpha1",
+        "kind": "VLLMService",
+        "metadata": {"name": NAME, "namespace": "llm"},
+        "spec": {
+            "model": {"name": MODEL_NAME, "architecture": architecture(install.serving_model)},
+            "vllm": {"version": install.version},
+            "workload": {"p99ContextTokens": P99, "concurrency": CLIENTS},
+            "placement": {"gpuTypes": [POOL]},
+            "safety": {"maxGpuMemoryUtilization": MAX_UTILIZATION},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class RenderedPod:
+    container: dict[str, Any]
+    grace_seconds: int
+    kv_cache_gib: float
+
+
+def rendered_pod(install: VllmCpu) -> RenderedPod:
+    """The pool's pod as the operator renders it (the `vllm-operator render` path)."""
+    prepared = prepare_service(check_service(service(install)), CliResolver())
+    (pool,) = plan_pools(prepared, simulated_groups([POOL], 1))
+    assert pool.deployment is not None and pool.plan is not None, pool.message
+    pod_spec = pool.deployment["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    return RenderedPod(
+        container=container,
+        grace_seconds=int(pod_spec["terminationGracePeriodSeconds"]),
+        kv_cache_gib=float(pool.plan.to_wire()["memory"]["kvCacheGiB"]),
+    )
+
+
+def pre_stop_command(container: dict[str, Any], port: int) -> list[str]:
+    """The rendered preStop exec command, its engine URL on the rig's loopback port (the only
+    change: in the pod the engine listens on PORT)."""
+    command = [str(c) for c in container["lifecycle"]["preStop"]["exec"]["command"]]
+    local = f"127.0.0.1:{PORT}/"
+    assert sum(local in c for c in command) == 1, command
+    return [c.replace(local, f"127.0.0.1:{port}/") for c in command]
+
+
+@dataclass
+class Sent:
+    """One client request: when it was sent and how it ended."""
+
+    started: float
+    ended: float | None = None
+    tokens: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class Endpoints:
+    """The pod's entry in the Service's ready endpoints; clients route only while it is there."""
+
+    ready: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    sent: list[Sent] = field(default_factory=list)
+    not_routed: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def route(self) -> Sent | None:
+        with self.lock:
+            if not self.ready.is_set():
+                self.not_routed += 1
+                return None
+            one = Sent(started=time.monotonic())
+            self.sent.append(one)
+            return one
+
+    def done(self) -> list[Sent]:
+        with self.lock:
+            return [s for s in self.sent if s.ended is not None]
+
+
+def chat(url: str, content: str, max_tokens: int, timeout: float) -> dict[str, Any]:
+    body = json.dumps(
+        {
+            "model": MODEL_NAME,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+        }
+    ).encode()
+    request = urllib.request.Request(
+        url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+def client(engine: RealEngine, endpoints: Endpoints) -> None:
+    """Send requests back to back while the endpoint is listed; wait while it is not."""
+    while not endpoints.stop.is_set():
+        one = endpoints.route()
+        if one is None:
+            endpoints.ready.wait(0.2)
+            endpoints.stop.wait(0.2)
+            continue
+        try:
+            answer = chat(engine.url, PROMPT, OUTPUT_TOKENS, CLIENT_TIMEOUT_S)
+            one.tokens = int(answer["usage"]["completion_tokens"])
+        except Exception as err:  # noqa: BLE001 - every failure is counted and reported
+            one.error = f"{type(err).__name__}: {err}"
+        one.ended = time.monotonic()
+
+
+@dataclass(frozen=True)
+class Stopped:
+    sigterm_at: float
+    exited_at: float
+    killed: bool
+    refused_after_sigterm: str
+
+
+def kubelet_stop(engine: RealEngine, endpoints: Endpoints, pod: RenderedPod) -> Stopped:
+    """Stop the engine as the kubelet stops the pod (module docstring)."""
+    assert engine.proc is not None
+    start = time.monotonic()
+    deadline = start + pod.grace_seconds
+    endpoints.ready.clear()  # terminating: out of the Service's endpoints first
+    hook = pre_stop_command(pod.container, engine.port)
+    subprocess.run(hook, timeout=pod.grace_seconds, check=False)
+    sigterm_at = time.monotonic()
+    os.kill(engine.proc.pid, signal.SIGTERM)  # the container's main process
+    late: list[str] = []
+    probe = threading.Thread(target=lambda: late.append(request_after_sigterm(engine)))
+    probe.start()
+    killed = False
+    try:
+        engine.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        killed = True
+        os.killpg(engine.proc.pid, signal.SIGKILL)
+        engine.proc.wait(timeout=30)
+    exited_at = time.monotonic()
+    probe.join(timeout=CLIENT_TIMEOUT_S)
+    return Stopped(sigterm_at, exited_at, killed, late[0] if late else "no answer")
+
+
+def request_after_sigterm(engine: RealEngine) -> str:
+    """A request sent straight to the engine once it got SIGTERM (what a client with a stale
+    endpoint list would do): how the engine answered it."""
+    time.sleep(0.5)  # the API server's signal handler runs on its event loop
+    try:
+        answer = chat(engine.url, PROMPT, OUTPUT_TOKENS, CLIENT_TIMEOUT_S)
+    except urllib.error.HTTPError as err:
+        return f"HTTP {err.code}"
+    except (urllib.error.URLError, OSError) as err:
+        return f"{type(err).__name__}"
+    return f"completed {answer['usage']['completion_tokens']} tokens"
+
+
+@pytest.fixture
+def pod(vllm_cpu: VllmCpu) -> RenderedPod:
+    return rendered_pod(vllm_cpu)
+
+
+def test_the_rendered_drain_loses_no_request_when_the_kubelet_stops_the_engine(
+    vllm_cpu: VllmCpu, tmp_path: Path, pod: RenderedPod
+) -> None:
+    args = [str(a) for a in pod.container["args"]]
+    # The drain the catalog gives this release, as rendered (never typed here).
+    assert (SHUTDOWN_FLAG in args) == has_shutdown_flag(vllm_cpu.version)
+    mapped = cpu_argv(
+        pod.container,
+        model_path=vllm_cpu.serving_model,
+        kv_cache_gib=pod.kv_cache_gib,
+        port=free_port(),
+    )
+    engine = RealEngine(vllm_cpu, mapped.args, mapped.env, tmp_path / "engine.log")
+    endpoints = Endpoints()
+    running = metric_names(vllm_cpu.version).running
+    assert running is not None
+    threads = [
+        threading.Thread(target=client, args=(engine, endpoints), daemon=True)
+        for _ in range(CLIENTS)
+    ]
+    with _stopped_on_failure(endpoints), running_engine(engine, timeout=900):
+        endpoints.ready.set()  # Ready: listed in the Service
+        for t in threads:
+            t.start()
+
+        def steady() -> bool:
+            # Every client has a request running and the stream has completed some already.
+            in_flight = sample_total(engine.metrics_text(), running)
+            return in_flight >= CLIENTS and len(endpoints.done()) >= 1
+
+        wait_for(steady, timeout=600, interval=1, what="a steady stream of requests")
+        stopped = kubelet_stop(engine, endpoints, pod)
+        endpoints.stop.set()
+        for t in threads:
+            t.join(timeout=CLIENT_TIMEOUT_S)
+            assert not t.is_alive()
+        log = engine.log()
+
+    sent = list(endpoints.sent)
+    failed = [s for s in sent if s.error is not None or s.tokens != OUTPUT_TOKENS]
+    assert not failed, f"{len(failed)} of {len(sent)} requests lost: {failed[:3]}\n{log[-3000:]}"
+    assert all(s.ended is not None for s in sent)
+    drained = [s for s in sent if s.started < stopped.sigterm_at < (s.ended or 0)]
+    assert drained, "no request was running when SIGTERM came: the drain was not exercised"
+    assert all(s.started < stopped.sigterm_at for s in sent)  # none routed after the stop began
+    assert endpoints.not_routed > 0
+    assert not stopped.refused_after_sigterm.startswith("completed"), stopped
+    assert not stopped.killed, f"SIGKILL after {pod.grace_seconds}s:\n{log[-3000:]}"
+    if has_shutdown_flag(vllm_cpu.version):
+        assert "stopping engine client mode=drain" in log, log[-3000:]
+    print(
+        f"requests={len(sent)} running_at_sigterm={len(drained)} not_routed={endpoints.not_routed}"
+        f" drain_s={stopped.exited_at - stopped.sigterm_at:.1f} grace_s={pod.grace_seconds}"
+        f" after_sigterm={stopped.refused_after_sigterm}"
+    )
+
+
+class _StopClients:
+    def __init__(self, endpoints: Endpoints) -> None:
+        self.endpoints = endpoints
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        self.endpoints.ready.clear()
+        self.endpoints.stop.set()
+
+
+def _stopped_on_failure(endpoints: Endpoints) -> _StopClients:
+    """Clients stop sending when the test ends, also when it fails early."""
+    return _StopClients(endpoints)
