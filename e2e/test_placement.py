@@ -397,3 +397,55 @@ def test_preferred_node_drained_mid_move_cancels_it_and_a_cordon_lets_it_finish(
         assert not _placement(kube, namespace, name).get("move")
     finally:
         kube.delete(f"/api/v1/nodes/{HELD_NODE}")
+
+
+def test_autoscaler_scales_the_preferred_total_through_the_scale_subresource(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """What an HPA or KEDA does to a Preferred service: read and write vllmservices/scale (the
+    total). Room for one H100 replica: scale-out fills it, then spills; scale-in drains the spill."""
+    nodes = [n["metadata"]["name"] for n in _h100_nodes(kube)]
+    wait_for(
+        lambda: all(_gpus_held(kube, n) == 0 for n in nodes),
+        timeout=120,
+        interval=1,
+        what="H100 nodes free of earlier tests' pods",
+    )
+    for i, node in enumerate(nodes):
+        kube.create(_filler(namespace, node, 7 if i == 0 else 8))
+    obj = example("qwen2.5-14b-h100-a100.yaml", namespace)
+    name = obj["metadata"]["name"]
+    obj["spec"]["placement"].update({"strategy": "Preferred", "spillAfterSeconds": 10})
+    kube.apply(obj)
+    wait_for(
+        lambda: _replicas(kube, namespace) == {H100: (1, 1), A100: (0, 0)},
+        timeout=180,
+        interval=1,
+        what="one replica Ready on H100",
+    )
+    scale_path = f"{svc_path(namespace, name)}/scale"
+
+    def scaled(total: int, want: dict[str, tuple[int, int]]) -> dict[str, Any] | None:
+        scale = kube.get(scale_path)
+        ok = _replicas(kube, namespace) == want and scale["status"].get("replicas") == total
+        return scale if ok else None
+
+    kube.patch(scale_path, {"spec": {"replicas": 3}})
+    scale = wait_for(
+        lambda: scaled(3, {H100: (1, 1), A100: (2, 2)}),
+        timeout=120,
+        interval=1,
+        what="scaled out to 3: H100 full, 2 spilled",
+    )
+    assert scale["spec"]["replicas"] == 3
+    assert scale["status"]["selector"] == (
+        f"app.kubernetes.io/name=vllm,app.kubernetes.io/instance={name}"
+    )
+    kube.patch(scale_path, {"spec": {"replicas": 2}})
+    wait_for(
+        lambda: scaled(2, {H100: (1, 1), A100: (1, 1)}),
+        timeout=120,
+        interval=1,
+        what="scaled in to 2: a spilled replica removed first",
+    )
+    assert _placement(kube, namespace, name)["spilled"] == 1

@@ -496,6 +496,18 @@ class VLLMServiceStatus(ApiModel):
     ready: str | None = Field(
         default=None, description="Ready replicas over desired replicas, all pools, e.g. 2/2."
     )
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="The count the scale subresource reports, in spec.replicas' terms: under "
+        "placement.strategy Preferred the total placed across the pools, else the most "
+        "replicas any pool runs.",
+    )
+    selector: str | None = Field(
+        default=None,
+        description="Label selector of every pod of the service (all pools), for the scale "
+        "subresource (an autoscaler averages its metrics over these pods).",
+    )
     pools: list[PoolStatus] = Field(
         default_factory=list,
         description="One entry per GPU type the service may use.",
