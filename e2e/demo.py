@@ -3,7 +3,9 @@
 Why: a newcomer's first command should show the project working against a real API server:
 the GPU nodes it would plan for, the VLLMService CRD installed, every example accepted, and an
 invalid one rejected with its field path (schema and CEL), and an infeasible one denied at apply
-time by the operator's admission webhook with the planner's reasons. The cluster keeps running afterwards
+time by the operator's admission webhook with the planner's reasons, and a replica of a
+placement.strategy Preferred service spilling to its next GPU type and moving back (#29). The
+cluster keeps running afterwards
 (`make demo-down` stops it) so it can be explored with the printed kubeconfig.
 
 Usage: python -m e2e.demo [--state-dir DIR]
@@ -205,6 +207,9 @@ def run(cluster: LocalCluster) -> None:
                     f"    {pod['metadata']['name']:<28} {role:<6} node={pod['spec'].get('nodeName')}"
                 )
 
+    if any(n == PREFERRED_NAME for _, n in names):
+        show_spill_and_move_back(kube, "default", PREFERRED_NAME)
+
     kubectl = cluster.binaries.kubectl if cluster.binaries else None
     section("Explore")
     print(f"  export KUBECONFIG={cluster.kubeconfig}")
@@ -305,6 +310,150 @@ def print_status_plan(kube: Kube, namespace: str, name: str) -> None:
                 + (", clamped to the nodes" if host.get("clamped") else "")
                 + ")"
             )
+
+
+# examples/qwen2.5-7b-l4-preferred.yaml: placement.strategy Preferred, L4 first, then A100.
+PREFERRED_NAME = "qwen-7b-preferred"
+PLACEMENT_REASONS = (
+    "ReplicasSpilled",
+    "ReplicaMovingBack",
+    "ReplicaMovedBack",
+    "ReplicaMoveCancelled",
+    "PlacementScaled",
+)
+# Shortened for the demo (the example's own values are minutes): the least the API allows for
+# spillAfterSeconds (the hysteresis before a move back), and a short dwell between moves.
+DEMO_SPILL_AFTER_SECONDS = 10
+DEMO_MIN_DWELL_SECONDS = 20
+
+
+def _placement(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    obj = kube.get(f"{SERVICES}/namespaces/{namespace}/vllmservices/{name}")
+    placement: dict[str, Any] = (obj.get("status") or {}).get("placement") or {}
+    return placement
+
+
+def _placed(kube: Kube, namespace: str, name: str, want: dict[str, int]) -> dict[str, Any] | None:
+    """status.placement once every type has `want` replicas desired and Ready and no move runs."""
+    placement = _placement(kube, namespace, name)
+    counts = {
+        t["gpuType"]: (t.get("desired", 0), t.get("ready", 0)) for t in placement.get("types") or []
+    }
+    if placement.get("move") or any(counts.get(k) != (v, v) for k, v in want.items()):
+        return None
+    return placement
+
+
+def _placement_events(kube: Kube, namespace: str, name: str, seen: set[str]) -> None:
+    """Prints the placement Events of `name` not printed yet (`seen` holds their uids)."""
+    events = [
+        e
+        for e in kube.list(f"/api/v1/namespaces/{namespace}/events")
+        if (e.get("involvedObject") or {}).get("name") == name
+        and e.get("reason") in PLACEMENT_REASONS
+        and e["metadata"]["uid"] not in seen
+    ]
+    for e in sorted(events, key=lambda e: str(e.get("firstTimestamp") or "")):
+        seen.add(e["metadata"]["uid"])
+        print(f"  {e.get('firstTimestamp')} {e['type']} {e['reason']}: {e['message']}")
+
+
+def _service_table(kube: Kube, namespace: str, name: str) -> str:
+    data = kube.request(
+        "GET",
+        f"{SERVICES}/namespaces/{namespace}/vllmservices",
+        query={"fieldSelector": f"metadata.name={name}"},
+        accept="application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+    )
+    return render_table(data, with_namespace=False)
+
+
+def show_spill_and_move_back(kube: Kube, namespace: str, name: str, timeout: float = 240) -> None:
+    """Drains an L4 node that serves a replica of the Preferred example: the replica spills to
+    A100 (planned for A100); uncordoned, the L4 room returns and one replica moves back, added on
+    L4 before the A100 one is removed. Every wait is bounded by a condition."""
+    l4, a100 = "NVIDIA-L4", "NVIDIA-A100-SXM4-40GB"
+    path = f"{SERVICES}/namespaces/{namespace}/vllmservices/{name}"
+    section(f"GPU-type preference: {name} serves 3 replicas, on L4 first, else A100")
+    kube.patch(
+        path,
+        {
+            "spec": {
+                "placement": {
+                    "spillAfterSeconds": DEMO_SPILL_AFTER_SECONDS,
+                    "minDwellSeconds": DEMO_MIN_DWELL_SECONDS,
+                }
+            }
+        },
+    )
+    print(
+        f"  kubectl patch vllm {name}: spillAfterSeconds={DEMO_SPILL_AFTER_SECONDS} "
+        f"minDwellSeconds={DEMO_MIN_DWELL_SECONDS} (shortened for the demo)"
+    )
+    wait_for(
+        lambda: _placed(kube, namespace, name, {l4: 3, a100: 0}),
+        timeout=timeout,
+        interval=1.0,
+        what=f"{name}: 3 replicas Ready on L4",
+    )
+    print(_service_table(kube, namespace, name))
+    seen: set[str] = set()
+    _placement_events(kube, namespace, name, seen)
+
+    pods = kube.list(
+        f"/api/v1/namespaces/{namespace}/pods", label_selector=f"app.kubernetes.io/instance={name}"
+    )
+    pod = next(
+        p for p in sorted(pods, key=lambda p: p["metadata"]["name"]) if p["spec"].get("nodeName")
+    )
+    node = pod["spec"]["nodeName"]
+    section(f"kubectl drain {node} (cordon, then evict {pod['metadata']['name']})")
+    kube.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}})
+    kube.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/eviction",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod["metadata"]["name"], "namespace": namespace},
+        },
+    )
+    wait_for(
+        lambda: _placed(kube, namespace, name, {l4: 2, a100: 1}),
+        timeout=timeout,
+        interval=1.0,
+        what=f"{name}: one replica spilled to A100 and Ready",
+    )
+    print("  The other L4 GPUs are taken, the drained node is cordoned: one replica spilled.")
+    print(_service_table(kube, namespace, name))
+    _placement_events(kube, namespace, name, seen)
+
+    section(f"kubectl uncordon {node}: L4 room returns, the replica moves back")
+    kube.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": False}})
+    print(
+        f"  Waiting for the L4 room to hold {DEMO_SPILL_AFTER_SECONDS} s (hysteresis; moves are "
+        f"at least {DEMO_MIN_DWELL_SECONDS} s apart); L4 is added before A100 is drained."
+    )
+    # The move itself may end between two polls (a simulated pod is Ready at once): show it
+    # when seen, else the state after it; the Events below record both steps.
+    wait_for(
+        lambda: (
+            _placement(kube, namespace, name).get("move")
+            or _placed(kube, namespace, name, {l4: 3, a100: 0})
+        ),
+        timeout=timeout,
+        interval=0.5,
+        what=f"{name}: a move back started",
+    )
+    print(_service_table(kube, namespace, name))
+    wait_for(
+        lambda: _placed(kube, namespace, name, {l4: 3, a100: 0}),
+        timeout=timeout,
+        interval=1.0,
+        what=f"{name}: the replica moved back to L4",
+    )
+    print(_service_table(kube, namespace, name))
+    _placement_events(kube, namespace, name, seen)
 
 
 def play_scenario(state_dir: Path) -> int:

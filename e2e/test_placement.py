@@ -2,18 +2,26 @@
 
 H100 full (other pods hold every H100 GPU) -> the replicas land on A100 with the A100 plan; one
 H100 node freed -> exactly one replica moves back (added on H100 first, the A100 one removed once
-the H100 one is Ready), and the Ready count never drops below the total while it moves.
+the H100 one is Ready), and the Ready count never drops below the total while it moves. A node of
+the preferred type drained in the middle of a move cancels it (the spilled replica kept), the move
+is redone only after minDwellSeconds, and a node merely cordoned mid-move lets the move finish.
 
 Every wait is bounded by a condition (status, Events, pods), never a fixed window.
 """
 
 from __future__ import annotations
 
+import calendar
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from e2e.conftest import Cluster
 from e2e.kube import Kube, wait_for
+from e2e.localcluster import node_manifests
 from e2e.operator_process import OperatorProcess
 from e2e.test_controller import deployments, example, svc_path, wait_condition
 
@@ -212,3 +220,232 @@ def test_all_strategy_runs_spec_replicas_in_every_pool(
     live = wait_condition(kube, namespace, name, "Ready", "True")
     assert "placement" not in live["status"]
     assert {k: v[0] for k, v in _replicas(kube, namespace).items()} == {H100: 1, A100: 1}
+
+
+# A kwok node whose pods kwok never readies (hack/kwok/stages.yaml, pod-ready): the test plays its
+# kubelet, so a pod of a move can stay bound but not Ready for as long as the test needs. Its GPU
+# type (A100-80GB) is on no other simulated node, so no filler pods are needed.
+HELD_NODE = "gpu-kubelet-held-0"
+A100_80 = "NVIDIA-A100-SXM4-80GB"
+
+
+def _held_node(tmp_path: Path) -> dict[str, Any]:
+    """The node, cordoned; facts of A100-80GB from shared/data/gpu-catalog.csv (81920 MiB, 8.0)."""
+    spec = {
+        "gpuTypes": {A100_80: {"memoryMiB": 81920, "computeCapability": "8.0", "family": "ampere"}},
+        "nodes": [
+            {
+                "name": "gpu-kubelet-held",
+                "count": 1,
+                "gpuProduct": A100_80,
+                "gpusPerNode": 2,
+                "cpu": "128",
+                "memory": "1000Gi",
+            }
+        ],
+    }
+    path = tmp_path / "held-node.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    (node,) = node_manifests(path)
+    node["spec"]["unschedulable"] = True
+    return node
+
+
+def _cordon(kube: Kube, cordoned: bool) -> None:
+    kube.patch(f"/api/v1/nodes/{HELD_NODE}", {"spec": {"unschedulable": cordoned}})
+
+
+def _held_pods(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in kube.list(f"/api/v1/namespaces/{namespace}/pods")
+        if p["spec"].get("nodeName") == HELD_NODE and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _play_kubelet_ready(kube: Kube, namespace: str, pod: dict[str, Any]) -> None:
+    """Writes Running and Ready as a kubelet would once the container passes readiness."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    conditions = [
+        {"type": t, "status": "True", "lastTransitionTime": now}
+        for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+    ]
+    statuses = [
+        {
+            "name": c["name"],
+            "image": c["image"],
+            "imageID": "",
+            "ready": True,
+            "started": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": now}},
+        }
+        for c in pod["spec"]["containers"]
+    ]
+    kube.patch(
+        f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}",
+        {"status": {"phase": "Running", "conditions": conditions, "containerStatuses": statuses}},
+        subresource="status",
+    )
+
+
+def _event_times(kube: Kube, namespace: str, reason: str) -> list[str]:
+    """When each Event of `reason` was last seen (an aggregated Event counts once, last time)."""
+    return sorted(
+        str(e.get("lastTimestamp") or e.get("firstTimestamp"))
+        for e in kube.list(f"/api/v1/namespaces/{namespace}/events")
+        if e["reason"] == reason
+    )
+
+
+def _seconds(stamp: str) -> float:
+    return float(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
+
+
+def test_preferred_node_drained_mid_move_cancels_it_and_a_cordon_lets_it_finish(
+    cluster: Cluster, kube: Kube, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    if cluster.local is None:
+        pytest.skip("adds a simulated node: needs the local control plane")
+    dwell = 30
+    cluster.local.add_nodes([_held_node(tmp_path)])
+    try:
+        obj = example("qwen2.5-14b-h100-a100.yaml", namespace)
+        name = obj["metadata"]["name"]
+        obj["spec"]["replicas"] = 2
+        obj["spec"]["placement"] = {
+            "gpuTypes": [A100_80, A100],
+            "strategy": "Preferred",
+            "spillAfterSeconds": 10,
+            "minDwellSeconds": dwell,
+        }
+        kube.apply(obj)
+        # Its only node cordoned: both replicas spill to A100-40GB at once (inventory, no wait).
+        wait_for(
+            lambda: _replicas(kube, namespace) == {A100_80: (0, 0), A100: (2, 2)},
+            timeout=180,
+            interval=1,
+            what="both replicas Ready on A100-40GB",
+        )
+        seen: list[dict[str, tuple[int, int]]] = []
+
+        def sample() -> dict[str, tuple[int, int]]:
+            counts = _replicas(kube, namespace)
+            seen.append(counts)
+            return counts
+
+        def moving(count: int) -> dict[str, Any] | None:
+            """The move in flight (its new pod bound to the held node, not Ready), once
+            ReplicaMovingBack has been recorded `count` times."""
+            sample()
+            placement = _placement(kube, namespace, name)
+            pods = _held_pods(kube, namespace)
+            if len(_event_times(kube, namespace, "ReplicaMovingBack")) < count:
+                return None
+            if not placement.get("move") or len(pods) != 1:
+                return None
+            return pods[0]
+
+        # Room returns: a move starts; its new pod is bound but not Ready (the test is kubelet).
+        _cordon(kube, False)
+        pod = wait_for(lambda: moving(1), timeout=120, interval=0.5, what="a move in flight")
+        assert _ready_pods(kube, namespace, {"app.kubernetes.io/instance": name}) == 2
+
+        # Drained mid-move (cordon, then the new pod evicted): its replacement cannot be
+        # scheduled, so the move is cancelled and the spilled replica kept.
+        _cordon(kube, True)
+        kube.delete(f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}")
+
+        def cancelled() -> bool:
+            counts = sample()
+            return (
+                bool(_event_times(kube, namespace, "ReplicaMoveCancelled"))
+                and counts == {A100_80: (0, 0), A100: (2, 2)}
+                and not _placement(kube, namespace, name).get("move")
+            )
+
+        wait_for(cancelled, timeout=120, interval=0.5, what="the move cancelled")
+        assert _placement(kube, namespace, name)["spilled"] == 2
+
+        # Room again: the move is redone, but not before minDwellSeconds after the cancel.
+        _cordon(kube, False)
+        pod = wait_for(lambda: moving(2), timeout=180, interval=0.5, what="the move redone")
+        (cancelled_at,) = _event_times(kube, namespace, "ReplicaMoveCancelled")
+        redone_at = _event_times(kube, namespace, "ReplicaMovingBack")[-1]
+        # Second precision on both sides: allow one second of rounding.
+        assert _seconds(redone_at) - _seconds(cancelled_at) >= dwell - 1, (
+            cancelled_at,
+            redone_at,
+        )
+
+        # Cordoned (not drained) mid-move: the new pod keeps its GPU, so the move finishes once
+        # it is Ready, and only then is the A100-40GB replica removed.
+        _cordon(kube, True)
+        _play_kubelet_ready(kube, namespace, pod)
+
+        def moved() -> bool:
+            return bool(_event_times(kube, namespace, "ReplicaMovedBack")) and sample() == {
+                A100_80: (1, 1),
+                A100: (1, 1),
+            }
+
+        wait_for(moved, timeout=120, interval=0.5, what="the move finished on a cordoned node")
+        # The Ready count never fell below the total, and nothing moved more than asked.
+        assert all(c[A100][1] + c[A100_80][1] >= 2 for c in seen), seen
+        assert len(_event_times(kube, namespace, "ReplicaMovingBack")) == 2
+        assert len(_event_times(kube, namespace, "ReplicaMoveCancelled")) == 1
+        assert not _placement(kube, namespace, name).get("move")
+    finally:
+        kube.delete(f"/api/v1/nodes/{HELD_NODE}")
+
+
+def test_autoscaler_scales_the_preferred_total_through_the_scale_subresource(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """What an HPA or KEDA does to a Preferred service: read and write vllmservices/scale (the
+    total). Room for one H100 replica: scale-out fills it, then spills; scale-in drains the spill."""
+    nodes = [n["metadata"]["name"] for n in _h100_nodes(kube)]
+    wait_for(
+        lambda: all(_gpus_held(kube, n) == 0 for n in nodes),
+        timeout=120,
+        interval=1,
+        what="H100 nodes free of earlier tests' pods",
+    )
+    for i, node in enumerate(nodes):
+        kube.create(_filler(namespace, node, 7 if i == 0 else 8))
+    obj = example("qwen2.5-14b-h100-a100.yaml", namespace)
+    name = obj["metadata"]["name"]
+    obj["spec"]["placement"].update({"strategy": "Preferred", "spillAfterSeconds": 10})
+    kube.apply(obj)
+    wait_for(
+        lambda: _replicas(kube, namespace) == {H100: (1, 1), A100: (0, 0)},
+        timeout=180,
+        interval=1,
+        what="one replica Ready on H100",
+    )
+    scale_path = f"{svc_path(namespace, name)}/scale"
+
+    def scaled(total: int, want: dict[str, tuple[int, int]]) -> dict[str, Any] | None:
+        scale = kube.get(scale_path)
+        ok = _replicas(kube, namespace) == want and scale["status"].get("replicas") == total
+        return scale if ok else None
+
+    kube.patch(scale_path, {"spec": {"replicas": 3}})
+    scale = wait_for(
+        lambda: scaled(3, {H100: (1, 1), A100: (2, 2)}),
+        timeout=120,
+        interval=1,
+        what="scaled out to 3: H100 full, 2 spilled",
+    )
+    assert scale["spec"]["replicas"] == 3
+    assert scale["status"]["selector"] == (
+        f"app.kubernetes.io/name=vllm,app.kubernetes.io/instance={name}"
+    )
+    kube.patch(scale_path, {"spec": {"replicas": 2}})
+    wait_for(
+        lambda: scaled(2, {H100: (1, 1), A100: (1, 1)}),
+        timeout=120,
+        interval=1,
+        what="scaled in to 2: a spilled replica removed first",
+    )
+    assert _placement(kube, namespace, name)["spilled"] == 1

@@ -64,7 +64,19 @@ def test_names_subresource_and_printer_columns() -> None:
     assert names["shortNames"] == ["vllms"] and names["kind"] == "VLLMService"
     assert names["categories"]
     version = crd["spec"]["versions"][0]
-    assert version["subresources"] == {"status": {}}
+    # The scale subresource reads paths the schema has: spec.replicas, status.replicas/selector.
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
+    schema = version["schema"]["openAPIV3Schema"]["properties"]
+    assert schema["spec"]["properties"]["replicas"]["type"] == "integer"
+    assert schema["status"]["properties"]["replicas"]["type"] == "integer"
+    assert schema["status"]["properties"]["selector"]["type"] == "string"
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == [
         "Model",

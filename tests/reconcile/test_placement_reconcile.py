@@ -179,6 +179,7 @@ def test_full_h100_spills_to_a100_with_its_own_plan_and_one_replica_moves_back()
         seen.append(replicas(gw))
     assert {"qwen-14b-a100-40gb": 3, "qwen-14b-h100-80gb": 1} in seen  # added before drained
     assert seen[-1] == {"qwen-14b-a100-40gb": 2, "qwen-14b-h100-80gb": 1}
+    assert status_of(gw, "qwen-14b")["replicas"] == 3  # the total, not the surge
     assert all(sum(r.values()) >= 3 for r in seen)
     assert events(gw).count("ReplicaMovingBack") == 1
     # The dwell holds the next move back for minDwellSeconds.
@@ -192,6 +193,8 @@ def test_all_strategy_keeps_spec_replicas_in_every_pool_and_writes_no_placement(
     step(gw, ctl, clock)
     assert replicas(gw) == {"qwen-14b-a100-40gb": 2, "qwen-14b-h100-80gb": 2}
     assert "placement" not in status_of(gw, "qwen-14b")
+    # The scale subresource reads spec.replicas' terms: per pool under All.
+    assert status_of(gw, "qwen-14b")["replicas"] == 2
     assert ctl.wanted_at(("default", "qwen-14b")) is None
 
 
@@ -266,3 +269,33 @@ def test_type_states_read_room_running_ready_unschedulable_and_quota_from_object
     assert got_h100.unschedulable_since == NOW
     assert got_h100.quota_refused
     assert not got_a100.plannable and got_a100.room == 0
+
+
+def test_an_autoscaler_scaling_the_total_fills_the_preferred_type_first_and_drains_spills_first() -> (
+    None
+):
+    """An HPA or KEDA scales a Preferred service through its scale subresource: spec.replicas
+    (the total) changes, status.replicas/selector are what the subresource reads back."""
+    gw, ctl, clock = setup(replicas=2)
+    gw.add(foreign_pod("train-0", "h100-0", 5))  # room for 3 replicas of one GPU on H100
+    step(gw, ctl, clock)
+    assert replicas(gw) == {"qwen-14b-a100-40gb": 0, "qwen-14b-h100-80gb": 2}
+    status = status_of(gw, "qwen-14b")
+    assert status["replicas"] == 2
+    assert status["selector"] == "app.kubernetes.io/name=vllm,app.kubernetes.io/instance=qwen-14b"
+
+    def scale(total: int) -> None:  # what a write to vllmservices/scale does to the object
+        svc = gw.objects[(Kind.VLLM_SERVICE, "default", "qwen-14b")]
+        svc["spec"]["replicas"] = total
+        svc["metadata"]["generation"] = int(svc["metadata"].get("generation", 1)) + 1
+
+    scale(5)
+    step(gw, ctl, clock)
+    assert replicas(gw) == {"qwen-14b-a100-40gb": 2, "qwen-14b-h100-80gb": 3}
+    assert status_of(gw, "qwen-14b")["replicas"] == 5
+    assert status_of(gw, "qwen-14b")["placement"]["spilled"] == 2
+    scale(3)
+    step(gw, ctl, clock)
+    assert replicas(gw) == {"qwen-14b-a100-40gb": 0, "qwen-14b-h100-80gb": 3}
+    assert status_of(gw, "qwen-14b")["replicas"] == 3
+    assert events(gw).count("PlacementScaled") >= 3

@@ -958,7 +958,8 @@ class VLLMServiceSpec(ApiModel):
                     "!has(self.scaling) || !has(self.scaling.mode) || "
                     "self.scaling.mode != 'external'",
                     "placement.strategy Preferred needs scaling.mode operator: the operator "
-                    "splits spec.replicas across the pools",
+                    "splits spec.replicas across the pools (an autoscaler scales that total "
+                    "through the VLLMService's scale subresource)",
                     ".placement.strategy",
                 ),
                 _cel(
@@ -1032,7 +1033,8 @@ class VLLMServiceSpec(ApiModel):
                 raise FieldProblem(
                     "placement.strategy",
                     "placement.strategy Preferred needs scaling.mode operator: the operator "
-                    "splits spec.replicas across the pools",
+                    "splits spec.replicas across the pools (an autoscaler scales that total "
+                    "through the VLLMService's scale subresource)",
                 )
             if self.placement.max_nodes_per_replica != 1:
                 raise FieldProblem(

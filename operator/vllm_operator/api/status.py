@@ -508,6 +508,18 @@ class VLLMServiceStatus(ApiModel):
         "wide) and Argo CD, e.g. `L4 runs 3f2a1b2c, trying 9b1c2d3e` or `L4 runs 3f2a1b2c, "
         "9b1c2d3e failed` (plan hashes, 8 characters; full ones in status.pools[]).",
     )
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="The count the scale subresource reports, in spec.replicas' terms: under "
+        "placement.strategy Preferred the total placed across the pools, else the most "
+        "replicas any pool runs.",
+    )
+    selector: str | None = Field(
+        default=None,
+        description="Label selector of every pod of the service (all pools), for the scale "
+        "subresource (an autoscaler averages its metrics over these pods).",
+    )
     pools: list[PoolStatus] = Field(
         default_factory=list,
         description="One entry per GPU type the service may use.",

@@ -7,7 +7,7 @@ import click
 
 from vllm_operator.api.crd import dump_yaml
 from vllm_operator.api.reasons import Reason
-from vllm_operator.api.spec import GpuAllocation
+from vllm_operator.api.spec import GpuAllocation, PlacementStrategy
 from vllm_operator.cli.specs import CliResolver, check_file, echo_refusal, prepare
 from vllm_operator.reconcile.inventory import GpuNodeGroup
 from vllm_operator.reconcile.pools import plan_pools
@@ -71,6 +71,12 @@ def render(file: Path, gpus: tuple[str, ...], gpus_per_node: int, gpu_allocation
             simulated_groups(labels, gpus_per_node),
             gpu_allocation=GpuAllocation(gpu_allocation),
         )
+        if service.spec.placement.strategy == PlacementStrategy.PREFERRED:
+            # spec.replicas is the total: all of it on the most preferred planned type, as the
+            # operator places it when that type has room (the live split: status.placement).
+            planned = [p.deployment for p in pools if p.deployment is not None]
+            for i, deployment in enumerate(planned):
+                deployment["spec"]["replicas"] = service.spec.replicas if i == 0 else 0
         for pool in pools:
             if pool.deployment is None:
                 click.echo(

@@ -606,6 +606,8 @@ class Controller:
         status = name_conflict_status(status, conflicts, now, generation)
         status = status.model_copy(update={"placement": placement and placement.status})
         if placement is not None:
+            # The scale subresource reports the total under Preferred (what an autoscaler scales).
+            status = status.model_copy(update={"replicas": placement.status.total})
             self._placed(service, placement, outcome)
         self._warn_conflicts(service, conflicts, outcome)
         self._write_status(body, old_status, status, outcome, service)

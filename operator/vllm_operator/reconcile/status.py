@@ -32,7 +32,7 @@ from vllm_operator.reconcile.inventory import canonical_label
 from vllm_operator.reconcile.observed import kept_observation
 from vllm_operator.reconcile.pools import PoolOutcome
 from vllm_operator.remediation.canary import FAILED, OBSERVING
-from vllm_operator.rendering.names import ANNOTATION_PLAN_HASH, gpu_short_name
+from vllm_operator.rendering.names import ANNOTATION_PLAN_HASH, gpu_short_name, selector_labels
 
 log = logging.getLogger(__name__)
 
@@ -465,6 +465,8 @@ def service_status(
             "gpu_pools": summary or None,
             "ready": f"{ready_total}/{desired_total}",
             "plans": plans_summary(pools, pool_status),
+            "replicas": max((ready_counts(p)[0] for p in pools), default=0),
+            "selector": ",".join(f"{k}={v}" for k, v in selector_labels(service.name).items()),
         }
     )
 
