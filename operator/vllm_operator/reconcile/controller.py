@@ -35,6 +35,7 @@ from vllm_operator.api import GpuAllocation, ScalingMode, VLLMService
 from vllm_operator.api.manifests import ServiceInvalid
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.status import Observation
+from vllm_operator.kube.bodies import VLLMServiceBody
 from vllm_operator.kube.gateway import (
     POOL_KINDS,
     ConflictError,
@@ -251,7 +252,7 @@ class Controller:
             for attempt in range(3):
                 try:
                     body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
-                    if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                    if body is None or VLLMServiceBody(body).gone:
                         self.forget(namespace, name)
                         return Outcome()
                     self.failures.defer_if_backing_off((*key, "reconcile"), body)
@@ -283,7 +284,7 @@ class Controller:
         delay: float | None = None
         try:
             body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
-            if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+            if body is None or VLLMServiceBody(body).gone:
                 self.forget(namespace, name)
                 return Outcome()
             changed = self.evaluator.evaluate(body)
@@ -303,9 +304,9 @@ class Controller:
 
     def reconcile_body(self, body: Obj) -> Outcome:
         """One pass over a VLLMService object as read from the API."""
-        meta = body.get("metadata") or {}
-        namespace, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
-        generation = meta.get("generation")
+        view = VLLMServiceBody(body)
+        namespace, name = view.key
+        generation = view.meta.generation
         old_status = parse_status(body.get("status"))
         outcome = Outcome()
         now = self.clock()

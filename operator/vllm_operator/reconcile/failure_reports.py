@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from vllm_operator.api.reasons import Reason
+from vllm_operator.kube.bodies import Meta
 from vllm_operator.kube.gateway import KubeGateway, Obj
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.failures import (
@@ -60,7 +61,7 @@ class FailureReports:
         failure = self._failures.get(key)
         return (
             failure is None
-            or failure.generation != (body.get("metadata") or {}).get("generation")
+            or failure.generation != Meta(body.get("metadata")).generation
             or self._monotonic() >= failure.due
         )
 
@@ -98,7 +99,7 @@ class FailureReports:
         m.RECONCILES.labels("error").inc()
         m.RECONCILE_ERRORS.labels(type(exc).__name__).inc()
         reason, message = classify_failure(exc)
-        generation = ((body or {}).get("metadata") or {}).get("generation")
+        generation = Meta((body or {}).get("metadata")).generation
         previous = self._failures.get(key)
         attempts = previous.attempts + 1 if previous is not None else 1
         delay = backoff_delay(attempts)
@@ -140,7 +141,7 @@ class FailureReports:
         """The failure's conditions (written when they change) and one Warning per message."""
         try:
             old = parse_status(body.get("status"))
-            generation = (body.get("metadata") or {}).get("generation")
+            generation = Meta(body.get("metadata")).generation
             new = failed_status(old, reason, message, self.clock(), generation)
             if new != old:
                 meta = body["metadata"]

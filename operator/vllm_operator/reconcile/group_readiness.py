@@ -5,6 +5,7 @@ Moved out of reconcile/controller.py (#32).
 
 from vllm_operator.api import VLLMService
 from vllm_operator.api.groups import LWS_LABEL_GROUP_INDEX, LWS_LABEL_NAME
+from vllm_operator.kube.bodies import LeaderWorkerSetBody, PodBody
 from vllm_operator.kube.gateway import Kind, KubeGateway, Obj
 from vllm_operator.reconcile.pools import PoolOutcome
 from vllm_operator.rendering.names import selector_labels
@@ -12,11 +13,7 @@ from vllm_operator.rendering.names import selector_labels
 
 def pod_ready(pod: Obj) -> bool:
     """The pod's Ready condition is True."""
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-        if isinstance(c, dict)
-    )
+    return PodBody(pod).ready
 
 
 def count_ready_groups(gw: KubeGateway, service: VLLMService, pools: list[PoolOutcome]) -> None:
@@ -31,21 +28,21 @@ def count_ready_groups(gw: KubeGateway, service: VLLMService, pools: list[PoolOu
     pods = gw.list_pods(service.namespace, selector_labels(service.name))
     for pool in groups:
         live = pool.live or {}
-        lws_name = (live.get("metadata") or {}).get("name")
-        template = (live.get("spec") or {}).get("leaderWorkerTemplate") or {}
-        size = int(template.get("size") or 1)
+        lws = LeaderWorkerSetBody(live)
+        lws_name = lws.meta.name
+        size = lws.size
         ready_pods: dict[str, int] = {}
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            if labels.get(LWS_LABEL_NAME) != lws_name or meta.get("deletionTimestamp"):
+        for raw in pods:
+            pod = PodBody(raw)
+            labels = pod.meta.labels
+            if labels.get(LWS_LABEL_NAME) != lws_name or pod.meta.deleting:
                 continue
-            if pod_ready(pod):
+            if pod.ready:
                 index = str(labels.get(LWS_LABEL_GROUP_INDEX, ""))
                 ready_pods[index] = ready_pods.get(index, 0) + 1
         counted = sum(1 for n in ready_pods.values() if n >= size)
-        status = dict(live.get("status") or {})
-        if int(status.get("readyReplicas") or 0) > counted:
+        status = dict(lws.status)
+        if lws.ready_replicas > counted:
             status["readyReplicas"] = counted
             pool.live = {**live, "status": status}
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from vllm_operator.api import VLLMService
 from vllm_operator.api.probe import GPU_BUDGET_ANNOTATION
 from vllm_operator.api.reasons import Reason
+from vllm_operator.kube.bodies import Meta, NodeBody
 from vllm_operator.kube.gateway import KubeGateway, Obj
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.dra_apply import SliceMismatches
@@ -76,10 +77,7 @@ class NodeView:
         digest = hashlib.sha256(
             repr(
                 sorted(
-                    (
-                        str((n.get("metadata") or {}).get("name", "")),
-                        node_fingerprint(n, deleted=False),
-                    )
+                    (Meta(n.get("metadata")).name, node_fingerprint(n, deleted=False))
                     for n in nodes
                 )
             ).encode()
@@ -95,22 +93,15 @@ class NodeView:
         An ignored annotation gets one Warning Event on its Node per (node, problem), however many
         services reconcile; the services that could use that GPU type carry a note in status.
         """
-        if not any(
-            GPU_BUDGET_ANNOTATION in ((n.get("metadata") or {}).get("annotations") or {})
-            for n in nodes
-        ):
+        if not any(GPU_BUDGET_ANNOTATION in NodeBody(n).meta.annotations for n in nodes):
             return MeasuredBudgets()
         pods = self.gw.list_pods(service.namespace, selector_labels(service.name))
-        own = [str((p.get("metadata") or {}).get("uid", "")) for p in pods]
+        own = [Meta(p.get("metadata")).uid for p in pods]
         budgets = measured_budgets(nodes, now, own, cache=self.budget_cache)
-        names = [str((n.get("metadata") or {}).get("name", "")) for n in nodes]
+        metas = [Meta(n.get("metadata")) for n in nodes]
+        names = [meta.name for meta in metas]
         self.budget_cache.retain(names)
-        uids = {
-            str((n.get("metadata") or {}).get("name", "")): str(
-                (n.get("metadata") or {}).get("uid", "")
-            )
-            for n in nodes
-        }
+        uids = {meta.name: meta.uid for meta in metas}
         with self._budget_events_guard:
             fresh = {
                 node: ignored
