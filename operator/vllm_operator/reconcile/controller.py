@@ -448,7 +448,7 @@ class Controller:
         same engine configuration (reconcile/observed.py fleet_observations). Sharing is an
         improvement, never a reason to fail: a list the API refuses plans from its own."""
         try:
-            bodies = self.gw.list_services()
+            bodies = self.gw.list_services(fleet_of=service.spec.model.name)
         except GatewayError as exc:
             log.debug("Skipped fleet observations service=%s error=%s", service.name, exc)
             return list(own)
