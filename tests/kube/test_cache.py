@@ -52,9 +52,9 @@ class ReadCounter:
         self.reads["list:Pod"] += 1
         return self.inner.list_pods(namespace, selector)
 
-    def list_services(self, namespace: str | None = None) -> list[Obj]:
+    def list_services(self, namespace: str | None = None, fleet_of: str | None = None) -> list[Obj]:
         self.reads["list:VLLMService"] += 1
-        return self.inner.list_services(namespace)
+        return self.inner.list_services(namespace, fleet_of)
 
     def gpu_requests_by_node(self) -> dict[str, dict[str, int]]:
         self.reads["list:BoundPods"] += 1
@@ -475,3 +475,31 @@ def test_resource_slices_are_read_from_the_watch_once_synced() -> None:
     )
     assert gw.list_resource_slices() == []
     assert counter.reads["list:ResourceSlice"] == 1
+
+
+def test_a_fleet_listing_decodes_only_services_of_the_model_with_observations() -> None:
+    def service(name: str, model: str, observations: list[Obj] | None) -> Obj:
+        obj: Obj = {
+            "apiVersion": "serving.vllm-operator.dev/v1alpha1",
+            "kind": "VLLMService",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
+            "spec": {"model": {"name": model}},
+        }
+        if observations is not None:
+            obj["status"] = {"observations": observations}
+        return obj
+
+    measured = [{"gpuProduct": "NVIDIA-L4", "kvCacheTokens": 1000}]
+    cache = synced(
+        (Kind.VLLM_SERVICE, service("a", "org/m-1", measured)),
+        (Kind.VLLM_SERVICE, service("b", "org/m-1", [])),
+        (Kind.VLLM_SERVICE, service("c", "org/m-2", measured)),
+        (Kind.VLLM_SERVICE, service("d", "org/m-1", None)),
+        (Kind.VLLM_SERVICE, service("e", "org/m-1é", measured)),
+    )
+    counter = ReadCounter(FakeGateway())
+    gw = CachedGateway(counter, cache)
+    assert [s["metadata"]["name"] for s in gw.list_services()] == ["a", "b", "c", "d", "e"]
+    assert [s["metadata"]["name"] for s in gw.list_services(fleet_of="org/m-1")] == ["a"]
+    assert [s["metadata"]["name"] for s in gw.list_services(fleet_of="org/m-1é")] == ["e"]
+    assert counter.reads == Counter()

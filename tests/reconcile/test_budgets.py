@@ -177,10 +177,10 @@ def test_annotation_is_decoded_once_per_change_not_per_reconcile() -> None:
     for _ in range(10):
         ctl.reconcile("default", "llama-8b-chat")
         ctl.reconcile("default", "qwen-7b-awq")
-    assert ctl._budget_cache.decodes == 1
+    assert ctl.node_view.budget_cache.decodes == 1
     gw.nodes[2] = annotated_l4("l4-0", budget("l4-0", [{"pid": 9, "usedMib": 4000}]))
     ctl.reconcile("default", "llama-8b-chat")
-    assert ctl._budget_cache.decodes == 2
+    assert ctl.node_view.budget_cache.decodes == 2
 
 
 def test_cache_forgets_deleted_nodes() -> None:

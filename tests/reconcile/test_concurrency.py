@@ -1,4 +1,4 @@
-"""Spec, node and Deployment events hammered from several threads at once while the queue's
+"""Spec, node, pod and Deployment events hammered from several threads at once while the queue's
 workers reconcile (#32): every service converges to its last spec, no trigger is lost, and no
 service is ever reconciled by two workers at the same time."""
 
@@ -10,11 +10,13 @@ import threading
 import time
 from typing import Any
 
+from vllm_operator.api.groups import LWS_LABEL_GROUP_INDEX, LWS_LABEL_NAME
 from vllm_operator.hub.resolver import HubArchitectureResolver
 from vllm_operator.kube.fake import FakeGateway
 from vllm_operator.kube.gateway import Kind, Obj
 from vllm_operator.reconcile.controller import Controller
-from vllm_operator.reconcile.triggers import owners_of
+from vllm_operator.reconcile.triggers import owners_of, service_of_group_pod
+from vllm_operator.rendering.names import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
 
 from .nodes import gpu_node
 from .test_controller import NOW, OfflineHub, cluster, example
@@ -128,11 +130,35 @@ def test_hammered_events_converge_every_service_to_its_last_spec() -> None:
                 for key in owners_of(dep):
                     ctl.enqueue(key)
 
+    def pod_events() -> None:
+        # Pods of multi-node groups (readiness flipping) map to their service through their
+        # labels, as the pod watch delivers them.
+        for step in range(EDITS):
+            for name in SERVICES:
+                pod = {
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{name}-lws-0-{step % 2}",
+                        "namespace": "default",
+                        "labels": {
+                            LABEL_MANAGED_BY: MANAGED_BY,
+                            LABEL_INSTANCE: name,
+                            LWS_LABEL_NAME: f"{name}-h100",
+                            LWS_LABEL_GROUP_INDEX: "0",
+                        },
+                    },
+                }
+                keys = service_of_group_pod(pod)
+                assert keys == [("default", name)]
+                for key in keys:
+                    ctl.enqueue(key)
+
     threads = [
         threading.Thread(target=edit_specs, args=(SERVICES[:3],)),
         threading.Thread(target=edit_specs, args=(SERVICES[3:],)),
         threading.Thread(target=flap_node),
         threading.Thread(target=touch_deployments),
+        threading.Thread(target=pod_events),
     ]
     for thread in threads:
         thread.start()

@@ -51,7 +51,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from vllm_operator.api.service import FIELD_MANAGER
@@ -175,6 +175,10 @@ class _Entry:
     def decode(self) -> Obj:
         obj: Obj = json.loads(self.text)
         return obj
+
+
+_OBSERVATIONS_TEXT = '"observations":[{'
+"""How a non-empty status.observations list starts in an entry's compact JSON text."""
 
 
 def _matches(labels: dict[str, str], selector: dict[str, str]) -> bool:
@@ -449,8 +453,11 @@ class WatchCache:
             ]
         return add_claims(claims, {})
 
-    def all_of(self, kind: Kind) -> list[Obj] | None:
-        """Copies of every cached object of a kind (nodes); None when not synced."""
+    def all_of(self, kind: Kind, having: Sequence[str] = ()) -> list[Obj] | None:
+        """Copies of every cached object of a kind (nodes); None when not synced.
+
+        `having`: only objects whose stored JSON text contains each of these strings are
+        decoded and returned (a cheap pre-selection before the decode, which is the cost)."""
         if not self._synced:
             return None
         now = self._clock()
@@ -458,7 +465,7 @@ class WatchCache:
             found = sorted(self._objects[kind].items())
             if any(self._expired(kind, key, now) for key, _ in found):
                 return None
-        return [entry.decode() for _, entry in found]
+        return [entry.decode() for _, entry in found if all(text in entry.text for text in having)]
 
 
 class CachedGateway:
@@ -529,11 +536,16 @@ class CachedGateway:
             self.cache.replace_selection(kind, namespace, selector, listed)
         return listed
 
-    def list_services(self, namespace: str | None = None) -> list[Obj]:
+    def list_services(self, namespace: str | None = None, fleet_of: str | None = None) -> list[Obj]:
         """From the watch cache once synced (the services of the watched namespaces); else the
         API, per watched namespace when the operator watches only some (a cluster-wide list
-        would be forbidden), and what it lists refreshes the cache."""
-        services = self.cache.all_of(Kind.VLLM_SERVICE)
+        would be forbidden), and what it lists refreshes the cache.
+
+        `fleet_of`: only the services whose text names this model and holds a non-empty
+        status.observations list are decoded (a superset of what `fleet_members` keeps; the
+        entries are compact JSON, `_Entry`)."""
+        having = (_OBSERVATIONS_TEXT, json.dumps(fleet_of)) if fleet_of is not None else ()
+        services = self.cache.all_of(Kind.VLLM_SERVICE, having)
         if services is not None:
             return [
                 s

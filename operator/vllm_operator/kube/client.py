@@ -268,7 +268,7 @@ class ApiGateway:
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
         return self.list_owned(Kind.POD, namespace, selector)
 
-    def list_services(self, namespace: str | None = None) -> list[Obj]:
+    def list_services(self, namespace: str | None = None, fleet_of: str | None = None) -> list[Obj]:
         group, version = API_VERSIONS[Kind.VLLM_SERVICE].split("/")
         try:
             if namespace is None:

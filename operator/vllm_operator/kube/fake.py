@@ -389,7 +389,7 @@ class FakeGateway:
     def list_pods(self, namespace: str, selector: dict[str, str]) -> list[Obj]:
         return self._list(Kind.POD, namespace, selector)
 
-    def list_services(self, namespace: str | None = None) -> list[Obj]:
+    def list_services(self, namespace: str | None = None, fleet_of: str | None = None) -> list[Obj]:
         return [
             copy.deepcopy(o)
             for (k, ns, _), o in sorted(self.objects.items())

@@ -137,9 +137,14 @@ class KubeGateway(Protocol):
         """Pods matching a label selector (status, restarts, OOMKilled)."""
         ...
 
-    def list_services(self, namespace: str | None = None) -> list[Obj]:
+    def list_services(self, namespace: str | None = None, fleet_of: str | None = None) -> list[Obj]:
         """Every VLLMService in `namespace` (None: every namespace the caller may list), status
-        included: the fleet's measurements (status.observations) are shared across services."""
+        included: the fleet's measurements (status.observations) are shared across services.
+
+        `fleet_of`: a hint that only services of this model with observations are needed; an
+        implementation may return more (the API and the fake return all). The watch cache
+        decodes only those: decoding every service on every reconcile was O(N^2) and most of
+        the operator's CPU at 1000 services (#32, docs/controller-benchmark.md)."""
         ...
 
     def gpu_requests_by_node(self) -> dict[str, dict[str, int]]:

@@ -85,4 +85,34 @@ class EvaluationTimes:
             return {k: e.interval for k, e in self._entries.items()}
 
 
-__all__ = ["EvaluationTimes"]
+class ReconcileTimes:
+    """(namespace, name) -> when a reconcile of it is wanted (monotonic seconds); a key without
+    an entry needs none. The earliest of all wishes counts (a trigger: now; settling, backoff, a
+    placement recheck, a canary being watched: later). Shared across workers: one lock.
+    Moved out of reconcile/controller.py (#32)."""
+
+    def __init__(self) -> None:
+        self._at: dict[Key, float] = {}
+        self._guard = threading.Lock()
+
+    def want(self, key: Key, at: float) -> None:
+        """A reconcile of `key` is wanted at `at` (the earliest of all wishes counts)."""
+        with self._guard:
+            current = self._at.get(key)
+            if current is None or at < current:
+                self._at[key] = at
+
+    def at(self, key: Key) -> float | None:
+        """When a reconcile of `key` is next wanted, None if none is."""
+        with self._guard:
+            return self._at.get(key)
+
+    def take(self, key: Key) -> None:
+        """A reconcile of `key` starts: a wish from now on wants another run."""
+        with self._guard:
+            self._at.pop(key, None)
+
+    forget = take
+
+
+__all__ = ["EvaluationTimes", "ReconcileTimes"]

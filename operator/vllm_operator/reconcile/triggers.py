@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_operator.api.groups import LWS_LABEL_NAME
+from vllm_operator.kube.bodies import Meta, NodeBody, PodBody
 from vllm_operator.kube.gateway import Obj
 from vllm_operator.reconcile.inventory import canonical_label
 from vllm_operator.rendering.names import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
@@ -35,10 +36,10 @@ NODE_FIELDS = ("nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gp
 
 def owners_of(obj: Obj) -> list[Key]:
     """The VLLMService(s) controlling an object, from its owner references."""
-    meta = obj.get("metadata") or {}
+    meta = Meta(obj.get("metadata"))
     return [
-        (str(meta.get("namespace", "")), str(ref.get("name")))
-        for ref in meta.get("ownerReferences") or []
+        (meta.namespace, str(ref.get("name")))
+        for ref in meta.owner_references
         if ref.get("kind") == "VLLMService" and ref.get("controller")
     ]
 
@@ -49,27 +50,21 @@ def service_of_group_pod(pod: Obj) -> list[Key]:
     Single-node pools need no pod trigger: their Deployment's status changes with its pods'
     readiness. A LeaderWorkerSet's status lags its pods (#32), so its pods are watched directly.
     """
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
+    meta = PodBody(pod).meta
+    labels = meta.labels
     if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or LWS_LABEL_NAME not in labels:
         return []
     instance = labels.get(LABEL_INSTANCE)
-    return [(str(meta.get("namespace", "")), str(instance))] if instance else []
+    return [(meta.namespace, str(instance))] if instance else []
 
 
 def node_fingerprint(node: Obj, *, deleted: bool) -> tuple[Any, ...]:
     """What of a node the planner and status read; equal fingerprints: nothing to re-plan."""
-    meta = node.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    status = node.get("status") or {}
-    allocatable = status.get("allocatable") or {}
-    ready = next(
-        (c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"),
-        None,
-    )
-    annotations = {
-        k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("serving.")
-    }
+    view = NodeBody(node)
+    labels = view.meta.labels
+    allocatable = view.allocatable
+    ready = view.ready
+    annotations = {k: v for k, v in view.meta.annotations.items() if k.startswith("serving.")}
     return (
         tuple(labels.get(k) for k in NODE_FIELDS),
         tuple(
@@ -80,7 +75,7 @@ def node_fingerprint(node: Obj, *, deleted: bool) -> tuple[Any, ...]:
             )
         ),
         ready,
-        bool((node.get("spec") or {}).get("unschedulable")),
+        view.unschedulable,
         tuple(sorted(annotations.items())),
         deleted,
     )

@@ -60,9 +60,9 @@ class CountingGateway:
         self._read("list:Pod")
         return self.inner.list_pods(namespace, selector)
 
-    def list_services(self, namespace: str | None = None) -> list[Obj]:
+    def list_services(self, namespace: str | None = None, fleet_of: str | None = None) -> list[Obj]:
         self._read("list:VLLMService")
-        return self.inner.list_services(namespace)
+        return self.inner.list_services(namespace, fleet_of)
 
     def gpu_requests_by_node(self) -> dict[str, dict[str, int]]:
         self._read("list:Pod")

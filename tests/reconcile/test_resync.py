@@ -1,0 +1,67 @@
+"""A restart resyncs unchanged services without planning each of them again (#32 item 5).
+
+The planner is a pure function of its inputs and the controller keeps its results by those inputs
+(`PlanCache`), so a restart plans each distinct (intent, GPU, architecture, budget) once, not
+once per service, writes nothing, and plans again only for a service whose inputs changed.
+"""
+
+import copy
+from typing import Any
+
+import pytest
+
+from vllm_operator.hub.resolver import HubArchitectureResolver
+from vllm_operator.kube.gateway import Kind
+from vllm_operator.planning import plan as planner
+from vllm_operator.reconcile import pools
+from vllm_operator.reconcile.controller import Controller
+
+from .test_controller import NOW, OfflineHub, cluster, example
+
+TEMPLATES = ["llama-3.1-8b-l4.yaml", "qwen2.5-7b-awq-t4.yaml"]
+SERVICES = 12
+
+
+def test_a_restart_plans_each_distinct_input_once_and_a_changed_service_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gw = cluster()
+    for i in range(SERVICES):
+        obj = copy.deepcopy(example(TEMPLATES[i % len(TEMPLATES)]))
+        obj["metadata"] = {"name": f"svc-{i}", "namespace": "default"}
+        gw.add(obj)
+    first = Controller(gw, HubArchitectureResolver(gw, OfflineHub()), clock=lambda: NOW)
+    for _ in range(2):  # converge (the second pass sees its own status)
+        for i in range(SERVICES):
+            first.reconcile("default", f"svc-{i}")
+
+    calls: list[Any] = []
+    real = planner.plan_pool
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[:2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pools, "plan_pool", counted)
+    # The restart: a new controller with an empty plan cache resyncs every service.
+    restarted = Controller(gw, HubArchitectureResolver(gw, OfflineHub()), clock=lambda: NOW)
+    writes = gw.total_writes()
+    for i in range(SERVICES):
+        outcome = restarted.reconcile("default", f"svc-{i}")
+        assert outcome.applied == [] and not outcome.status_written
+    assert gw.total_writes() == writes
+    distinct = len(set(map(repr, calls)))
+    assert 0 < len(calls) == distinct <= len(TEMPLATES) * 2  # once per input, not per service
+
+    # A second resync plans nothing at all.
+    calls.clear()
+    for i in range(SERVICES):
+        restarted.reconcile("default", f"svc-{i}")
+    assert calls == []
+
+    # A service whose planner inputs changed is planned again.
+    live = gw.objects[(Kind.VLLM_SERVICE, "default", "svc-0")]
+    live["spec"]["workload"]["concurrency"] = live["spec"]["workload"].get("concurrency", 4) + 7
+    live["metadata"]["generation"] += 1
+    restarted.reconcile("default", "svc-0")
+    assert len(calls) >= 1
