@@ -461,7 +461,8 @@ def ledger_table(results: list[Result]) -> list[str]:
         if r.budget is not None and r.kv_logged:
             identity = f"{r.budget - log['consumed'] - log['peak'] - r.kv_logged:+.2f}"
 
-        kv = f"{pred['kv']:.2f} / {r.kv_log:.2f}" if "kv" in pred and r.kv_log else ""
+        scored_in_gib = r.kv_log and r.kv_unit == "GiB"  # a row scored in tokens has no KV GiB
+        kv = f"{pred['kv']:.2f} / {r.kv_log:.2f}" if "kv" in pred and scored_in_gib else ""
         lines.append(
             f"| {r.row} | {r.model} | {r.version} | {r.gpu or '-'} | "
             f"{'' if r.budget is None else f'{r.budget:.2f}'} | {_pair(pred, log, 'consumed')} | "
