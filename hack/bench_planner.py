@@ -226,7 +226,7 @@ def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
     kv_gib = _num(row["kv_cache_gib"])
     if kv_gib is not None and kv_gib <= 0:
         base.kv_pred, base.kv_log = est.kv_cache_gib, kv_gib  # a verdict row, no % error
-    elif kv_gib:
+    elif kv_gib and not extra.get("score_in_tokens"):
         base.kv_pred, base.kv_log = est.kv_cache_gib, kv_gib
     else:
         tokens = _num(row["kv_cache_tokens"])
