@@ -226,7 +226,7 @@ def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
     kv_gib = _num(row["kv_cache_gib"])
     if kv_gib is not None and kv_gib <= 0:
         base.kv_pred, base.kv_log = est.kv_cache_gib, kv_gib  # a verdict row, no % error
-    elif kv_gib:
+    elif kv_gib and not extra.get("score_in_tokens"):
         base.kv_pred, base.kv_log = est.kv_cache_gib, kv_gib
     else:
         tokens = _num(row["kv_cache_tokens"])
@@ -461,7 +461,8 @@ def ledger_table(results: list[Result]) -> list[str]:
         if r.budget is not None and r.kv_logged:
             identity = f"{r.budget - log['consumed'] - log['peak'] - r.kv_logged:+.2f}"
 
-        kv = f"{pred['kv']:.2f} / {r.kv_log:.2f}" if "kv" in pred and r.kv_log else ""
+        scored_in_gib = r.kv_log and r.kv_unit == "GiB"  # a row scored in tokens has no KV GiB
+        kv = f"{pred['kv']:.2f} / {r.kv_log:.2f}" if "kv" in pred and scored_in_gib else ""
         lines.append(
             f"| {r.row} | {r.model} | {r.version} | {r.gpu or '-'} | "
             f"{'' if r.budget is None else f'{r.budget:.2f}'} | {_pair(pred, log, 'consumed')} | "

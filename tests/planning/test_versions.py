@@ -37,6 +37,12 @@ def test_versions_order_with_post_releases() -> None:
         ("0.19.0", "NVIDIA L4", 22.2, (256, 2048)),
         ("0.25.0", "NVIDIA B200", 178.0, (1024, 8192)),
         ("0.30.0", "NVIDIA B200", 178.0, (1024, 16384)),
+        # The 0.2x bench rows off Hopper (issue #28): server (OPENAI_API_SERVER) defaults by device
+        # memory, A100 excluded (vllm/engine/arg_utils.py EngineArgs.get_batch_defaults, 0.33.0).
+        ("0.27.1", "NVIDIA GeForce RTX 4090", 23.99, (256, 2048)),
+        ("0.28.0", "NVIDIA L4", 22.04, (256, 2048)),
+        ("0.27.1", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 95.01, (1024, 8192)),
+        ("0.31.0", "NVIDIA A100-SXM4-80GB", 79.25, (256, 2048)),
     ],
 )
 def test_v1_batch_defaults_by_gpu(
