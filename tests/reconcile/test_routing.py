@@ -154,3 +154,40 @@ def test_through_the_watch_cache_pool_and_picker_apply_and_prune() -> None:
     outcome = ctl.reconcile("default", "qwen-14b")
     assert "InferencePool/qwen-14b" in outcome.deleted
     assert fake.get(Kind.ROLE, "default", "qwen-14b-epp") is None
+
+
+def test_a_draining_pod_leaves_the_inference_pool_before_it_stops() -> None:
+    """Remediation drains a pod by setting serving=false (reconcile/evaluate.py _start_drain)
+    before it evicts it; the InferencePool selects serving=true, so the picker (whose pod
+    reconciler drops pods whose labels stop matching, that are not Ready or are terminating) has
+    dropped it before the eviction's preStop and SIGTERM. Same label, same moment as the Service."""
+    gw = cluster()
+    gw.add(gateway_example())
+    controller(gw).reconcile("default", "qwen-14b")
+    pool = gw.get(Kind.INFERENCE_POOL, "default", "qwen-14b")
+    service = gw.get(Kind.SERVICE, "default", "qwen-14b")
+    assert pool is not None and service is not None
+    selector = pool["spec"]["selector"]["matchLabels"]
+    assert selector == service["spec"]["selector"]
+    template = gw.objects[(Kind.DEPLOYMENT, "default", "qwen-14b-a100-40gb")]["spec"]["template"]
+    gw.add(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "qwen-14b-a100-40gb-abc",
+                "namespace": "default",
+                "labels": dict(template["metadata"]["labels"]),
+            },
+        }
+    )
+    assert [p["metadata"]["name"] for p in gw.list_pods("default", selector)] == [
+        "qwen-14b-a100-40gb-abc"
+    ]
+    gw.patch_pod_metadata(
+        "default",
+        "qwen-14b-a100-40gb-abc",
+        labels={"serving.vllm-operator.dev/serving": "false"},
+        annotations={},
+    )
+    assert gw.list_pods("default", selector) == []
