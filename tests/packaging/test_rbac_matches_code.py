@@ -121,11 +121,14 @@ ROUTING_CUSTOM: set[Grant] = {
 }
 
 # Held only to be granted: the API server lets the operator create the rendered picker's Role
-# (pods and InferencePools: get, list, watch) only with permissions it holds itself (#31).
+# (pods, InferencePools and InferenceObjectives: get, list, watch) only with permissions it holds itself (#31).
 ESCALATION: set[Grant] = {
     ("", "pods", "get"),
     ("inference.networking.k8s.io", "inferencepools", "list"),
     ("inference.networking.k8s.io", "inferencepools", "watch"),
+    ("inference.networking.x-k8s.io", "inferenceobjectives", "get"),
+    ("inference.networking.x-k8s.io", "inferenceobjectives", "list"),
+    ("inference.networking.x-k8s.io", "inferenceobjectives", "watch"),
 }
 
 # What Kopf itself calls (handlers/registrations.py): it lists and watches every resource with a

@@ -162,7 +162,11 @@ def test_picker_is_pinned_and_least_privileged() -> None:
     role = objs[1]
     verbs = {v for rule in role["rules"] for v in rule["verbs"]}
     assert verbs == {"get", "list", "watch"}
-    assert {r for rule in role["rules"] for r in rule["resources"]} == {"pods", "inferencepools"}
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {
+        "pods",
+        "inferencepools",
+        "inferenceobjectives",
+    }
     dep = objs[4]
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == EPP_IMAGE and EPP_IMAGE.endswith(f":{EPP_VERSION}")

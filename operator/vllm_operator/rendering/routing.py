@@ -2,9 +2,8 @@
 
 Pure: the service in, the objects out. What each object is for:
 
-- **InferencePool** (`inference.networking.k8s.io/v1`, schema in e2e/crds/inferencepools.yaml,
-  vendored from gateway-api-inference-extension): selects the pods the Service selects, every GPU
-  pool of the service at once (`app.kubernetes.io/instance` plus the `serving` label), so a
+- **InferencePool** (`inference.networking.k8s.io/v1`; the v1.1.0 CRD is vendored in e2e/crds/):
+  selects the pods the Service selects, every GPU pool of the service at once (`app.kubernetes.io/instance` plus the `serving` label), so a
   gateway's Endpoint Picker chooses among the H100 and the A100 pods by their KV usage and queue.
   Workers of a multi-node group carry no `serving` label: only leaders answer HTTP and are picked.
   A draining pod gets `serving=false` (rendering/drain.py, reconcile) and leaves the pool the same
@@ -12,7 +11,8 @@ Pure: the service in, the objects out. What each object is for:
   reconciler keeps only Ready pods in its datastore.
 - **Endpoint Picker** (when `endpointPickerRef` is unset): the GIE reference picker (EPP) pinned
   to `EPP_VERSION`, one Deployment + Service (ext-proc gRPC on 9002, health on 9003) +
-  ServiceAccount + a Role that only reads pods and InferencePools of the namespace. Its metric
+  ServiceAccount + a Role that only reads pods, InferencePools and InferenceObjectives of the
+  namespace. Its metric
   flags name the series the pinned vLLM release exports (the catalog): the picker's defaults
   assume one era (`vllm:gpu_cache_usage_perc` before vLLM 0.9.2/0.11, `vllm:kv_cache_usage_perc`
   after), and a picker reading a series that does not exist scores every pod as empty.
@@ -47,6 +47,8 @@ EPP_UID = 65532
 """The EPP image is distroless `nonroot` (UID/GID 65532)."""
 LORA_INFO_METRIC = "vllm:lora_requests_info"
 PICKER_COMPONENT = "endpoint-picker"
+OBJECTIVES_GROUP = "inference.networking.x-k8s.io"
+"""The InferenceObjective's API group (v1alpha2), which the v1.1.0 picker watches at start."""
 
 
 def inference_pool_name(service: VLLMService) -> str:
@@ -125,7 +127,11 @@ def render_inference_pool(service: VLLMService) -> Obj:
 
 
 def picker_args(service: VLLMService) -> list[str]:
-    """The EPP's flags: its pool, its ports, and the pinned vLLM release's metric names."""
+    """The EPP's flags: its pool, its ports, and the pinned vLLM release's metric names.
+
+    The flags are those of cmd/epp/runner/runner.go at EPP_VERSION (v1.1.0 has the queue, KV-usage
+    and LoRA metric flags, not a running-requests one; its KV default is the pre-0.9.2
+    `vllm:gpu_cache_usage_perc`, pkg/epp/server/runserver.go)."""
     names = metric_names(service.spec.vllm.version)
     args = [
         f"--pool-name={inference_pool_name(service)}",
@@ -140,8 +146,6 @@ def picker_args(service: VLLMService) -> list[str]:
     ]
     if names.waiting is not None:
         args.append(f"--total-queued-requests-metric={names.waiting}")
-    if names.running is not None:
-        args.append(f"--total-running-requests-metric={names.running}")
     if names.kv_usage:
         # One series only: the picker takes one name; the preferred (newest) one of the release.
         args.append(f"--kv-cache-usage-percentage-metric={names.kv_usage[0]}")
@@ -221,6 +225,12 @@ def render_endpoint_picker(service: VLLMService) -> list[Obj]:
                 {
                     "apiGroups": [group],
                     "resources": ["inferencepools"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                # The v1.1.0 picker also watches InferenceObjectives (request priorities).
+                {
+                    "apiGroups": [OBJECTIVES_GROUP],
+                    "resources": ["inferenceobjectives"],
                     "verbs": ["get", "list", "watch"],
                 },
             ],
