@@ -4,6 +4,8 @@ service, the pool and the rendered picker are deleted."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,8 @@ import pytest
 from e2e.kube import ApiError, Kube, load_manifests, wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.test_controller import wait_condition
+from vllm_operator.api.service import VLLMService
+from vllm_operator.rendering.routing import picker_args
 
 EXAMPLE = (
     Path(__file__).resolve().parents[1]
@@ -67,3 +71,23 @@ def test_one_inference_pool_selects_the_pods_of_both_gpu_pools_and_goes_with_rou
         _get_or_none(kube, f"/apis/apps/v1/namespaces/{namespace}/deployments/qwen-14b-epp") is None
     )
     assert kube.get(f"/api/v1/namespaces/{namespace}/services/qwen-14b")  # the Service stays
+
+
+def test_rendered_picker_flags_are_flags_of_the_pinned_epp_binary() -> None:
+    """The Endpoint Picker built from its Go module at EPP_VERSION (hack/tools/build.sh epp)
+    accepts every flag the operator renders: an unknown flag would crash-loop the picker."""
+    repo = Path(__file__).resolve().parents[1]
+    build = repo / "hack" / "tools" / "build.sh"
+    subprocess.run([str(build), "epp"], check=True, timeout=1800)
+    epp_dir = subprocess.run(
+        [str(build), "--dir", "epp"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    usage = subprocess.run([f"{epp_dir}/epp", "--help"], capture_output=True, text=True, timeout=60)
+    # Go's flag usage: one "  -name type" line per flag.
+    known = set(re.findall(r"^\s+-([a-z0-9-]+)", usage.stdout + usage.stderr, re.MULTILINE))
+    assert "pool-name" in known, usage
+    (obj,) = load_manifests(EXAMPLE)
+    for version in ("0.8.5.post1", "0.11.0"):
+        obj["spec"]["vllm"]["version"] = version
+        for arg in picker_args(VLLMService.model_validate(obj)):
+            assert arg.split("=", 1)[0].lstrip("-") in known, (arg, sorted(known))
