@@ -44,6 +44,10 @@ INFEASIBLE = EXAMPLES / "infeasible"
 # Multi-node pools (LeaderWorkerSet groups across nodes) and the nodes they get in the demo.
 MULTINODE = EXAMPLES / "multinode"
 MULTINODE_NODES = Path(__file__).resolve().parent / "nodes-multinode.yaml"
+# spec.routing inferencePool (#31): one InferencePool over an H100 and an A100 pool. Applied in
+# its own namespace: its service name is the two-pool example's.
+GATEWAY_EXAMPLE = EXAMPLES / "gateway" / "qwen2.5-14b-h100-a100-inference-pool.yaml"
+GATEWAY_NAMESPACE = "gateway-demo"
 
 
 def example_files() -> list[Path]:
@@ -132,6 +136,15 @@ def run(cluster: LocalCluster) -> None:
                 f"(namespace={meta.get('namespace', 'default')}, {path.name})"
             )
 
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GATEWAY_NAMESPACE}})
+    (gateway,) = load_manifests(GATEWAY_EXAMPLE)
+    gateway["metadata"]["namespace"] = GATEWAY_NAMESPACE
+    kube.apply(gateway)
+    print(
+        f"  vllmservice/{gateway['metadata']['name']} applied (namespace={GATEWAY_NAMESPACE}, "
+        f"{GATEWAY_EXAMPLE.name}: routing inferencePool)"
+    )
+
     section("An invalid example, rejected by the API server")
     invalid = sorted((EXAMPLES / "invalid").glob("*.yaml"))
     candidates = [(p, o) for p in invalid for o in load_manifests(p)]
@@ -177,7 +190,7 @@ def run(cluster: LocalCluster) -> None:
         for p in example_files()
         for o in load_manifests(p)
     ]
-    wait_ready(kube, names)
+    wait_ready(kube, [*names, (GATEWAY_NAMESPACE, gateway["metadata"]["name"])])
 
     section("kubectl get vllms -A")
     print(get_table(kube, "/apis/serving.vllm-operator.dev/v1alpha1/vllmservices"))
@@ -206,6 +219,26 @@ def run(cluster: LocalCluster) -> None:
                 print(
                     f"    {pod['metadata']['name']:<28} {role:<6} node={pod['spec'].get('nodeName')}"
                 )
+
+    section("Inference gateway: one InferencePool spanning two GPU pools (spec.routing)")
+    pool = kube.get(
+        f"/apis/inference.networking.k8s.io/v1/namespaces/{GATEWAY_NAMESPACE}/inferencepools/"
+        f"{gateway['metadata']['name']}"
+    )
+    selector = pool["spec"]["selector"]["matchLabels"]
+    ref = pool["spec"]["endpointPickerRef"]
+    print(
+        f"  {GATEWAY_NAMESPACE}/{pool['metadata']['name']}: targetPorts="
+        f"{[p['number'] for p in pool['spec']['targetPorts']]} "
+        f"endpointPicker={ref['name']}:{ref['port']['number']}"
+    )
+    pods = kube.list(
+        f"/api/v1/namespaces/{GATEWAY_NAMESPACE}/pods",
+        label_selector=",".join(f"{k}={v}" for k, v in selector.items()),
+    )
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        product = (pod["spec"].get("nodeSelector") or {}).get("nvidia.com/gpu.product")
+        print(f"    {pod['metadata']['name']:<34} {product}")
 
     if any(n == PREFERRED_NAME for _, n in names):
         show_spill_and_move_back(kube, "default", PREFERRED_NAME)

@@ -67,6 +67,14 @@ KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 LOGS_API_VERSION = "kwok.x-k8s.io/v1alpha1"
 STATE_FILE = "cluster.json"
 GPU_RESOURCE = "nvidia.com/gpu"
+VENDORED_CRDS = Path(__file__).resolve().parent / "crds"
+"""CRDs of APIs the operator writes but no rig component serves: the Gateway API Inference
+Extension's InferencePool (spec.routing inferencePool, #31), vendored with their source."""
+
+
+def vendored_crds() -> list[dict[str, Any]]:
+    """The CRDs in e2e/crds/, installed with the LeaderWorkerSet CRDs at start."""
+    return [crd for f in sorted(VENDORED_CRDS.glob("*.yaml")) for crd in load_manifests(f)]
 
 
 def log(message: str) -> None:
@@ -594,10 +602,15 @@ class LocalCluster:
             self._start_apiserver(bins)
             self.kube.create(self._logs_crd())
             # The rest only need the API server: start them together, then wait for each.
-            for crd in self._lws_crds(bins):
+            for crd in [*self._lws_crds(bins), *vendored_crds()]:
                 self.kube.create(crd)
             waits = [self._start_controller_manager(bins), self._start_scheduler(bins)]
             self.kube.wait_served(LOGS_API_VERSION, "Logs", timeout=self.start_timeout)
+            for crd in vendored_crds():
+                version = f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}"
+                self.kube.wait_served(
+                    version, crd["spec"]["names"]["kind"], timeout=self.start_timeout
+                )
             waits.append(self._start_kwok(bins))
             waits.append(self._start_lws(bins))
             for wait in waits:

@@ -291,6 +291,26 @@ CASES: list[Case] = [
         ),
         "spec.placement.strategy",
     ),
+    # routing (#31): an InferencePool with a rendered or named Endpoint Picker
+    Case("routing-inference-pool", _set("spec.routing", {"mode": "inferencePool"}), None),
+    Case(
+        "routing-named-picker",
+        _set("spec.routing", {"mode": "inferencePool", "endpointPickerRef": {"name": "epp"}}),
+        None,
+    ),
+    Case(
+        "routing-picker-without-pool",
+        _set("spec.routing", {"endpointPickerRef": {"name": "epp"}}),
+        "spec.routing.endpointPickerRef",
+    ),
+    Case("routing-unknown-mode", _set("spec.routing", {"mode": "gateway"}), "spec.routing.mode"),
+    Case(
+        "routing-picker-port-zero",
+        _set(
+            "spec.routing", {"mode": "inferencePool", "endpointPickerRef": {"name": "e", "port": 0}}
+        ),
+        "spec.routing.endpointPickerRef.port",
+    ),
     Case(
         "strategy-unknown", _set("spec.placement.strategy", "Cheapest"), "spec.placement.strategy"
     ),

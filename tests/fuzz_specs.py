@@ -212,6 +212,17 @@ security = st.fixed_dictionaries(
     },
 )
 
+routing = st.fixed_dictionaries(
+    {},
+    optional={
+        "mode": st.sampled_from(["service", "inferencePool", "InferencePool", ""]),
+        "endpointPickerRef": st.fixed_dictionaries(
+            {"name": st.sampled_from(["my-epp", "Bad_Name", "", "e" * 64])},
+            optional={"port": st.sampled_from([1, 9002, 0, 65536])},
+        ),
+    },
+)
+
 # (path, value) pairs; a path is dotted keys from the object's root.
 MUTATIONS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("metadata.name", names),
@@ -242,6 +253,7 @@ MUTATIONS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ),
     ("spec.workload.maxContextTokens", st.sampled_from([None, 1024, 8192, 131072])),
     ("spec.security", security),
+    ("spec.routing", routing),
     (
         "spec.rollout",
         st.fixed_dictionaries(

@@ -10,7 +10,7 @@
 # Usage:
 #   hack/tools/build.sh [TOOL...]      build the tools (default: etcd kubernetes kwok)
 #   hack/tools/build.sh --dir TOOL     print the directory that holds TOOL's binaries
-#   TOOL is one of: etcd kubernetes kwok helm lws
+#   TOOL is one of: etcd kubernetes kwok helm lws epp
 #
 # Set VLLM_OPERATOR_BIN_DIR to a directory holding ready-made binaries (etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kwok, helm, lws-controller) to skip building; the harness and this
@@ -27,6 +27,7 @@ declare -A main_module=(
   [kwok]=sigs.k8s.io/kwok
   [helm]=helm.sh/helm/v3
   [lws]=sigs.k8s.io/lws
+  [epp]=sigs.k8s.io/gateway-api-inference-extension
 )
 declare -A binaries=(
   [etcd]="etcd"
@@ -34,6 +35,7 @@ declare -A binaries=(
   [kwok]="kwok"
   [helm]="helm"
   [lws]="lws-controller"
+  [epp]="epp"
 )
 # a tool whose main package is not named after its binary: built name -> cached name
 # (the LeaderWorkerSet controller's main package is sigs.k8s.io/lws/cmd)

@@ -195,12 +195,19 @@ class GatewayContract:
             lambda gw, ns: gw.apply(
                 {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": ns}}
             ),
-            lambda gw, ns: gw.delete(Kind.SERVICE, ns, "chat"),
+            lambda gw, ns: gw.delete(Kind.VLLM_SERVICE, ns, "chat"),
             lambda gw, ns: gw.delete(Kind.PDB, ns, "chat"),
             lambda gw, ns: gw.list_owned(Kind.SERVICE, ns, {}),
             lambda gw, ns: gw.get(Kind.POD, ns, "p"),
         ],
-        ids=["apply-pod", "apply-secret", "delete-svc", "delete-pdb", "list-svc", "get-pod"],
+        ids=[
+            "apply-pod",
+            "apply-secret",
+            "delete-vllmservice",
+            "delete-pdb",
+            "list-svc",
+            "get-pod",
+        ],
     )
     def test_kinds_without_an_api_call_are_refused(
         self, harness: GatewayHarness, call: Any

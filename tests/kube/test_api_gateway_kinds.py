@@ -25,11 +25,11 @@ def gateway() -> ApiGateway:
     "call",
     [
         lambda gw: gw.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {}}),
-        lambda gw: gw.delete(Kind.SERVICE, "ns", "chat"),
+        lambda gw: gw.delete(Kind.VLLM_SERVICE, "ns", "chat"),
         lambda gw: gw.list_owned(Kind.PDB, "ns", {}),
         lambda gw: gw.get(Kind.NODE, "", "gpu-0"),
     ],
-    ids=["apply-pod", "delete-svc", "list-pdb", "get-node"],
+    ids=["apply-pod", "delete-vllmservice", "list-pdb", "get-node"],
 )
 def test_unsupported_kind_is_refused_before_any_request(gateway: ApiGateway, call: Any) -> None:
     with pytest.raises(UnsupportedKindError, match="Cannot"):

@@ -242,3 +242,64 @@ def test_preferred_without_nodes_of_a_type_but_ready_is_healthy_and_all_is_degra
     assert got["status"] == "Healthy" and "spilled" in got["message"], got
     obj["spec"]["placement"]["strategy"] = "All"
     assert health(obj)["status"] == "Degraded"
+
+
+# -- the InferencePool of spec.routing inferencePool (#31) -----------------------------------------
+
+POOL_SCRIPT = REPO / "deploy" / "argocd" / "inferencepool-health.lua"
+POOL_HEALTH_KEY = "resource.customizations.health.inference.networking.k8s.io_InferencePool"
+
+
+def pool_health(obj: dict[str, Any]) -> dict[str, str]:
+    runtime = lua51.LuaRuntime(unpack_returned_tuples=True)
+    runtime.globals().obj = to_lua(runtime, obj)
+    result = runtime.execute(POOL_SCRIPT.read_text())
+    return {"status": result["status"], "message": result["message"]}
+
+
+def pool(*parents: dict[str, Any]) -> dict[str, Any]:
+    """An InferencePool as a gateway reports on it (GIE v1 status.parents[].conditions)."""
+    obj: dict[str, Any] = {"metadata": {"name": "qwen-14b"}, "spec": {}}
+    if parents:
+        obj["status"] = {"parents": list(parents)}
+    return obj
+
+
+def parent(name: str, **conds: str) -> dict[str, Any]:
+    return {
+        "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": name},
+        "conditions": [
+            {"type": t, "status": s, "reason": "R", "message": f"{t} is {s}"}
+            for t, s in conds.items()
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected", "words"),
+    [
+        (pool(), "Healthy", "No gateway"),
+        (pool(parent("gw", Accepted="True", ResolvedRefs="True")), "Healthy", "1 gateway"),
+        (pool(parent("gw", Accepted="False", ResolvedRefs="True")), "Degraded", "Accepted=False"),
+        (
+            pool(
+                parent("a", Accepted="True", ResolvedRefs="True"),
+                parent("b", Accepted="True", ResolvedRefs="False"),
+            ),
+            "Degraded",
+            "Gateway b: ResolvedRefs=False",
+        ),
+        (pool(parent("gw", Accepted="Unknown")), "Progressing", "waiting for Accepted"),
+        (pool(parent("gw", Accepted="True")), "Progressing", "waiting for ResolvedRefs"),
+    ],
+    ids=["unreported", "accepted", "refused", "unresolved", "pending", "refs-absent"],
+)
+def test_inference_pool_health(obj: dict[str, Any], expected: str, words: str) -> None:
+    got = pool_health(obj)
+    assert got["status"] == expected, got
+    assert words in got["message"], got
+
+
+def test_argocd_cm_embeds_the_inference_pool_lua_verbatim() -> None:
+    data = yaml.safe_load(ARGOCD_CM.read_text())["data"]
+    assert data[POOL_HEALTH_KEY] == POOL_SCRIPT.read_text()

@@ -90,6 +90,45 @@ METHODS: dict[str, set[Grant]] = {
         ("resource.k8s.io", "resourceclaimtemplates", "delete")
     },
     "list_resource_slice": {("resource.k8s.io", "resourceslices", "list")},
+    # spec.routing inferencePool (#31): the rendered Endpoint Picker's identity, and deleting the
+    # picker's Service when routing goes back to service (the custom-object calls above also
+    # serve the InferencePool: see ROUTING_CUSTOM).
+    "delete_namespaced_service": {("", "services", "delete")},
+    "read_namespaced_service_account": {("", "serviceaccounts", "get")},
+    "patch_namespaced_service_account": {
+        ("", "serviceaccounts", "patch"),
+        ("", "serviceaccounts", "create"),
+    },
+    "delete_namespaced_service_account": {("", "serviceaccounts", "delete")},
+    "read_namespaced_role": {("rbac.authorization.k8s.io", "roles", "get")},
+    "patch_namespaced_role": {
+        ("rbac.authorization.k8s.io", "roles", "patch"),
+        ("rbac.authorization.k8s.io", "roles", "create"),
+    },
+    "delete_namespaced_role": {("rbac.authorization.k8s.io", "roles", "delete")},
+    "read_namespaced_role_binding": {("rbac.authorization.k8s.io", "rolebindings", "get")},
+    "patch_namespaced_role_binding": {
+        ("rbac.authorization.k8s.io", "rolebindings", "patch"),
+        ("rbac.authorization.k8s.io", "rolebindings", "create"),
+    },
+    "delete_namespaced_role_binding": {("rbac.authorization.k8s.io", "rolebindings", "delete")},
+}
+
+# The InferencePool through the custom-object calls (get, apply = patch/create, delete).
+ROUTING_CUSTOM: set[Grant] = {
+    ("inference.networking.k8s.io", "inferencepools", v)
+    for v in ("get", "patch", "create", "delete")
+}
+
+# Held only to be granted: the API server lets the operator create the rendered picker's Role
+# (pods, InferencePools and InferenceObjectives: get, list, watch) only with permissions it holds itself (#31).
+ESCALATION: set[Grant] = {
+    ("", "pods", "get"),
+    ("inference.networking.k8s.io", "inferencepools", "list"),
+    ("inference.networking.k8s.io", "inferencepools", "watch"),
+    ("inference.networking.x-k8s.io", "inferenceobjectives", "get"),
+    ("inference.networking.x-k8s.io", "inferenceobjectives", "list"),
+    ("inference.networking.x-k8s.io", "inferenceobjectives", "watch"),
 }
 
 # What Kopf itself calls (handlers/registrations.py): it lists and watches every resource with a
@@ -123,7 +162,9 @@ KOPF: set[Grant] = {
 
 def called_methods() -> set[str]:
     text = "\n".join(path.read_text() for path in CLIENTS)
-    return set(re.findall(r"self\.(?:core|apps|policy|custom|admission|resource)\.([a-z_]+)", text))
+    return set(
+        re.findall(r"self\.(?:core|apps|policy|custom|admission|resource|rbac)\.([a-z_]+)", text)
+    )
 
 
 def granted() -> set[Grant]:
@@ -148,7 +189,8 @@ def test_every_client_call_is_mapped() -> None:
 
 
 def test_rules_equal_what_the_code_calls() -> None:
-    needed = set().union(*(METHODS[m] for m in called_methods())) | KOPF
+    needed = set().union(*(METHODS[m] for m in called_methods())) | KOPF | ESCALATION
+    needed |= ROUTING_CUSTOM
     have = granted()
     assert not needed - have, f"missing from the rules file: {sorted(needed - have)}"
     assert not have - needed, f"granted but never called: {sorted(have - needed)}"

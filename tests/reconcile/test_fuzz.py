@@ -175,7 +175,8 @@ def _run(gw: CheckingGateway, ctl: Controller, obj: Obj) -> None:
     # An operator bug would show as ReconcileError (or ApplyRejected from the checking gateway).
     assert conds["Degraded"]["reason"] not in (Reason.RECONCILE_ERROR, Reason.APPLY_REJECTED), conds
     assert status.get("observedGeneration") == stored["metadata"]["generation"]
-    deployments = [k for k in gw.objects if k[0] == Kind.DEPLOYMENT]
+    # A multi-node pool is a LeaderWorkerSet, not a Deployment.
+    deployments = [k for k in gw.objects if k[0] in (Kind.DEPLOYMENT, Kind.LEADER_WORKER_SET)]
     try:
         VLLMService.model_validate(stored)
     except ValidationError:

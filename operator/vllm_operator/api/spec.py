@@ -26,6 +26,7 @@ from pydantic.config import JsonDict
 
 from vllm_operator.api.base import ApiModel
 from vllm_operator.api.errors import FieldProblem
+from vllm_operator.api.routing import RoutingSpec
 from vllm_operator.api.security import SecuritySpec
 
 VERSION_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+|\.[0-9]+)?$"
@@ -1013,6 +1014,11 @@ class VLLMServiceSpec(ApiModel):
         description="Security context of the vLLM pods. Defaults pass the Pod Security "
         "'restricted' level: non-root (UID/GID 1000), RuntimeDefault seccomp, no privilege "
         "escalation, every capability dropped.",
+    )
+    routing: RoutingSpec = Field(
+        default_factory=RoutingSpec,
+        description="How clients and gateways reach the pods: the plain Service (the default) or "
+        "an InferencePool with an Endpoint Picker for a Gateway API inference gateway.",
     )
 
     @model_validator(mode="after")

@@ -481,6 +481,20 @@ class PlacementStatus(ApiModel):
     )
 
 
+class RoutingStatus(ApiModel):
+    """The InferencePool a gateway routes to and whether its Endpoint Picker can answer (#31)."""
+
+    inference_pool: str = Field(description="Name of the InferencePool of the service.")
+    endpoint_picker: str = Field(
+        description="The Endpoint Picker Service the pool refers to (rendered or the user's)."
+    )
+    picker_ready: bool | None = Field(
+        default=None,
+        description="Whether the rendered picker's Deployment has a Ready replica; unset for a "
+        "picker the user runs (the operator does not watch it).",
+    )
+
+
 class VLLMServiceStatus(ApiModel):
     """Observed state of a VLLMService."""
 
@@ -531,6 +545,10 @@ class VLLMServiceStatus(ApiModel):
     placement: PlacementStatus | None = Field(
         default=None,
         description="The split of spec.replicas across GPU types (placement.strategy Preferred).",
+    )
+    routing: "RoutingStatus | None" = Field(
+        default=None,
+        description="The InferencePool and its Endpoint Picker (spec.routing.mode inferencePool).",
     )
     overrides: list[Override] = Field(
         default_factory=list, description="Remediation overrides in force, rendered into the pools."

@@ -11,6 +11,7 @@ from vllm_operator.api.spec import GpuAllocation, PlacementStrategy
 from vllm_operator.cli.specs import CliResolver, check_file, echo_refusal, prepare
 from vllm_operator.reconcile.inventory import GpuNodeGroup
 from vllm_operator.reconcile.pools import plan_pools
+from vllm_operator.rendering.routing import render_routing
 from vllm_operator.rendering.workload import render_pdb, render_service
 
 
@@ -94,5 +95,7 @@ def render(file: Path, gpus: tuple[str, ...], gpus_per_node: int, gpu_allocation
             out.append(dump_yaml(pool.deployment))
         if any(p.deployment is not None for p in pools):
             out.extend(dump_yaml(o) for o in (render_service(service), render_pdb(service)))
+            # spec.routing inferencePool: the InferencePool and the rendered picker (#31).
+            out.extend(dump_yaml(o) for o in render_routing(service))
     click.echo("".join(f"---\n{doc}" for doc in out), nl=False)
     sys.exit(1 if failed else 0)

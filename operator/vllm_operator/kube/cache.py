@@ -231,6 +231,8 @@ class WatchCache:
 
     def store(self, kind: Kind, obj: Obj) -> bool:
         """Keep `obj` unless a newer version (or its deletion) was seen; True when kept."""
+        if kind not in CACHED_KINDS:
+            return False  # not watched (the InferencePool, the picker's RBAC): always read
         key = _key(obj)
         rv = _rv(obj)
         with self._guard:
@@ -274,6 +276,8 @@ class WatchCache:
 
     def remove(self, kind: Kind, obj: Obj) -> None:
         """A deletion: forget the object and remember its resourceVersion (tombstone)."""
+        if kind not in CACHED_KINDS:
+            return
         key = _key(obj)
         rv = _rv(obj)
         with self._guard:

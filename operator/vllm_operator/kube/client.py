@@ -23,6 +23,9 @@ from vllm_operator.kube.gateway import (
     API_VERSIONS,
     APPLIED_KINDS,
     DELETED_KINDS,
+    GIE_GROUP,
+    GIE_PLURAL,
+    GIE_VERSION,
     LISTED_KINDS,
     LWS_GROUP,
     LWS_PLURAL,
@@ -187,6 +190,7 @@ class ApiGateway:
         self.policy = client.PolicyV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.resource = client.ResourceV1Api(api_client)
+        self.rbac = client.RbacAuthorizationV1Api(api_client)
 
     def _plain(self, obj: Any) -> Obj:
         result: Obj = self.api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
@@ -226,8 +230,16 @@ class ApiGateway:
             Kind.SERVICE: self.core.read_namespaced_service,
             Kind.PDB: self.policy.read_namespaced_pod_disruption_budget,
             Kind.RESOURCE_CLAIM_TEMPLATE: self.resource.read_namespaced_resource_claim_template,
+            Kind.SERVICE_ACCOUNT: self.core.read_namespaced_service_account,
+            Kind.ROLE: self.rbac.read_namespaced_role,
+            Kind.ROLE_BINDING: self.rbac.read_namespaced_role_binding,
         }
         try:
+            if kind is Kind.INFERENCE_POOL:
+                found = self.custom.get_namespaced_custom_object(
+                    GIE_GROUP, GIE_VERSION, namespace, GIE_PLURAL, name
+                )
+                return cast(Obj, found)
             if kind is Kind.VLLM_SERVICE:
                 found = self.custom.get_namespaced_custom_object(
                     GROUP, VERSION, namespace, PLURAL, name
@@ -319,6 +331,14 @@ class ApiGateway:
             Kind.SERVICE: self.core.patch_namespaced_service,
             Kind.PDB: self.policy.patch_namespaced_pod_disruption_budget,
             Kind.RESOURCE_CLAIM_TEMPLATE: self.resource.patch_namespaced_resource_claim_template,
+            Kind.INFERENCE_POOL: lambda n, ns, body, **kw: (
+                self.custom.patch_namespaced_custom_object(
+                    GIE_GROUP, GIE_VERSION, ns, GIE_PLURAL, n, body, **kw
+                )
+            ),
+            Kind.SERVICE_ACCOUNT: self.core.patch_namespaced_service_account,
+            Kind.ROLE: self.rbac.patch_namespaced_role,
+            Kind.ROLE_BINDING: self.rbac.patch_namespaced_role_binding,
         }
         try:
             result = patchers[kind](
@@ -336,7 +356,8 @@ class ApiGateway:
         return self._raw(result)
 
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
-        # Only pools are ever deleted by the operator (a GPU type removed from the spec); the
+        # Pools of a GPU type removed from the spec, unreferenced claim templates, and the
+        # InferencePool and rendered picker when spec.routing goes back to service; the service's
         # Service and PDB go with the VLLMService through owner references.
         require_kind(kind, DELETED_KINDS, "delete")
         group, version, plural = _LWS
@@ -348,6 +369,14 @@ class ApiGateway:
                 group, version, ns, plural, n
             ),
             Kind.RESOURCE_CLAIM_TEMPLATE: self.resource.delete_namespaced_resource_claim_template,
+            # spec.routing back to service (#31): the InferencePool and the rendered picker.
+            Kind.INFERENCE_POOL: lambda n, ns: self.custom.delete_namespaced_custom_object(
+                GIE_GROUP, GIE_VERSION, ns, GIE_PLURAL, n
+            ),
+            Kind.SERVICE: self.core.delete_namespaced_service,
+            Kind.SERVICE_ACCOUNT: self.core.delete_namespaced_service_account,
+            Kind.ROLE: self.rbac.delete_namespaced_role,
+            Kind.ROLE_BINDING: self.rbac.delete_namespaced_role_binding,
         }
         try:
             deleters[kind](name, namespace)

@@ -27,10 +27,17 @@ class Kind(StrEnum):
     EVENT = "Event"
     RESOURCE_CLAIM_TEMPLATE = "ResourceClaimTemplate"
     RESOURCE_SLICE = "ResourceSlice"
+    INFERENCE_POOL = "InferencePool"
+    SERVICE_ACCOUNT = "ServiceAccount"
+    ROLE = "Role"
+    ROLE_BINDING = "RoleBinding"
 
 
 LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
 """The LeaderWorkerSet custom resource (sigs.k8s.io/lws) that runs multi-node pools."""
+
+GIE_GROUP, GIE_VERSION, GIE_PLURAL = "inference.networking.k8s.io", "v1", "inferencepools"
+"""The Gateway API Inference Extension's InferencePool (spec.routing inferencePool, #31)."""
 
 API_VERSIONS: dict[Kind, str] = {
     Kind.DEPLOYMENT: "apps/v1",
@@ -44,14 +51,27 @@ API_VERSIONS: dict[Kind, str] = {
     Kind.EVENT: "v1",
     Kind.RESOURCE_CLAIM_TEMPLATE: "resource.k8s.io/v1",
     Kind.RESOURCE_SLICE: "resource.k8s.io/v1",
+    Kind.INFERENCE_POOL: f"{GIE_GROUP}/{GIE_VERSION}",
+    Kind.SERVICE_ACCOUNT: "v1",
+    Kind.ROLE: "rbac.authorization.k8s.io/v1",
+    Kind.ROLE_BINDING: "rbac.authorization.k8s.io/v1",
 }
 
 
 POOL_KINDS: tuple[Kind, ...] = (Kind.DEPLOYMENT, Kind.LEADER_WORKER_SET)
 """The workload of a pool: a Deployment, or a LeaderWorkerSet when a replica spans nodes."""
 
+ROUTING_KINDS: tuple[Kind, ...] = (
+    Kind.SERVICE_ACCOUNT,
+    Kind.ROLE,
+    Kind.ROLE_BINDING,
+    Kind.INFERENCE_POOL,
+)
+"""What spec.routing inferencePool adds beside Deployments and Services (#31): the InferencePool
+and the rendered Endpoint Picker's identity; applied, and deleted when routing goes back."""
+
 APPLIED_KINDS: frozenset[Kind] = frozenset(
-    {*POOL_KINDS, Kind.SERVICE, Kind.PDB, Kind.RESOURCE_CLAIM_TEMPLATE}
+    {*POOL_KINDS, Kind.SERVICE, Kind.PDB, Kind.RESOURCE_CLAIM_TEMPLATE, *ROUTING_KINDS}
 )
 """What `apply` accepts: the objects the operator renders (status goes through `apply_status`)."""
 
@@ -61,10 +81,13 @@ READ_KINDS: frozenset[Kind] = APPLIED_KINDS | {Kind.VLLM_SERVICE}
 LISTED_KINDS: frozenset[Kind] = frozenset({*POOL_KINDS, Kind.POD, Kind.RESOURCE_CLAIM_TEMPLATE})
 """What `list_owned` lists: owned pools and claim templates to prune, and their pods."""
 
-DELETED_KINDS: frozenset[Kind] = frozenset({*POOL_KINDS, Kind.RESOURCE_CLAIM_TEMPLATE})
-"""What `delete` removes: only pools of a GPU type the spec no longer allows, and claim templates
-no pool refers to any more (the Service and PDB go with the VLLMService through owner
-references)."""
+DELETED_KINDS: frozenset[Kind] = frozenset(
+    {*POOL_KINDS, Kind.RESOURCE_CLAIM_TEMPLATE, Kind.SERVICE, *ROUTING_KINDS}
+)
+"""What `delete` removes: only pools of a GPU type the spec no longer allows, claim templates
+no pool refers to any more, and the InferencePool and rendered picker (its Deployment, Service,
+ServiceAccount, Role, RoleBinding) when spec.routing no longer asks for them (the service's own
+Service and PDB go with the VLLMService through owner references)."""
 
 
 @dataclass(frozen=True)

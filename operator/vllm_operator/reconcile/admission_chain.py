@@ -598,6 +598,12 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
     "spec.rollout.canary.enabled": _SCHEMA,
     "spec.rollout.canary.observationSeconds": _SCHEMA,
     "spec.security": _SCHEMA,
+    # service | inferencePool; endpointPickerRef only with inferencePool: CEL + pydantic (#31)
+    "spec.routing": _SCHEMA,
+    "spec.routing.mode": _SCHEMA,
+    "spec.routing.endpointPickerRef": _SCHEMA,
+    "spec.routing.endpointPickerRef.name": _SCHEMA,
+    "spec.routing.endpointPickerRef.port": _SCHEMA,
     "spec.security.pod": _SCHEMA,
     "spec.security.pod.runAsUser": _POD,
     "spec.security.pod.runAsGroup": _POD,

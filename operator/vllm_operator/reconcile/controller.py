@@ -75,6 +75,7 @@ from vllm_operator.reconcile.pools import (
 from vllm_operator.reconcile.queue import DEFAULT_WORKERS, Key, Workers, WorkQueue, drain
 from vllm_operator.reconcile.replicas import hand_over_replicas
 from vllm_operator.reconcile.reporting import ConflictWarnings, emit, plans_applied, write_status
+from vllm_operator.reconcile.routing import reconcile_routing, with_routing
 from vllm_operator.reconcile.scheduler import EvaluationTimes, ReconcileTimes
 from vllm_operator.reconcile.settle import SettleTracker
 from vllm_operator.reconcile.status import (
@@ -419,6 +420,10 @@ class Controller:
                 if needs_apply(obj, live_obj):
                     self.gw.apply(obj)
                     outcome.applied.append(f"{kind}/{obj['metadata']['name']}")
+        routing = reconcile_routing(self.gw, service, old_status)  # spec.routing (#31)
+        outcome.applied.extend(routing.applied)
+        outcome.deleted.extend(routing.deleted)
+        conflicts.extend(routing.conflicts)
         attach_live(pools, existing)
         count_ready_groups(self.gw, service, pools)
 
@@ -434,7 +439,7 @@ class Controller:
             self._want((namespace, name), self._monotonic() + settling)
             return outcome
         status = service_status(service, old_status, pools, now, generation, note)
-        status = name_conflict_status(status, conflicts, now, generation)
+        status = name_conflict_status(with_routing(status, routing), conflicts, now, generation)
         status = status.model_copy(update={"placement": placement and placement.status})
         if placement is not None:
             # The scale subresource reports the total under Preferred (what an autoscaler scales).
