@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -49,6 +49,8 @@ from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.api.spec import VLLMServiceSpec
 from vllm_operator.catalog.architectures import Architecture, release_problem
+from vllm_operator.catalog.vllm.errors import ArgsError
+from vllm_operator.catalog.vllm.validate import render_engine_args
 from vllm_operator.catalog.vllm.values import extra_arg_fields, extra_arg_values
 from vllm_operator.planning.adapters import adapters_from_extra_args
 from vllm_operator.planning.engine_rules import Violation, check_engine_rules
@@ -121,6 +123,9 @@ class PoolSubject:
     origins: Mapping[str, str]
     engine: Any
     nodes: int
+    rendered: Mapping[str, Any] = field(default_factory=dict)
+    """The engine fields rendering turns into flags (the plan with the user's and remediation's
+    values; None: left to extraArgs), by vLLM name."""
 
 
 Subject = ServiceSubject | ModelSubject | PoolSubject
@@ -184,7 +189,9 @@ def _run(stage: Stage, subject: Subject) -> Refusal | None:
     for step in steps(stage):
         refusal = step.check(subject)
         if refusal is not None:
-            return refusal
+            # A step refuses with the reason it declares, the one docs/operations.md lists for
+            # it (a test keeps that table equal to the chain), whatever its helper raised.
+            return replace(refusal, reason=step.reason)
     return None
 
 
@@ -334,6 +341,32 @@ def _engine_rules(subject: PoolSubject) -> Refusal | None:
     )
 
 
+def _planned_flags(subject: PoolSubject) -> Refusal | None:
+    # The release's parser for every field rendering will pass (engine_argv keeps the same check
+    # as a last defence): a planned field the pinned release has no flag for, or a value its
+    # choices refuse, is refused here with the field that set it, not raised while rendering.
+    version = subject.service.spec.vllm.version
+    for name, value in subject.rendered.items():
+        if value is None:
+            continue
+        try:
+            render_engine_args(version, {name: value})
+        except ArgsError as exc:
+            origin = subject.origins.get(name, "the plan")
+            if origin.startswith("extraArgs "):
+                path = f"spec.vllm.extraArgs[{origin.removeprefix('extraArgs ')}]"
+            else:
+                path = "spec.vllm.version"
+            problems = "; ".join(p.message for p in exc.problems)
+            return Refusal(
+                Reason.UNSUPPORTED_ENGINE_ARGS,
+                path,
+                f"{path}: vLLM {version} does not accept {name}={value!r} from {origin}: "
+                f"{problems}",
+            )
+    return None
+
+
 def _multinode(subject: PoolSubject) -> Refusal | None:
     if subject.nodes <= 1:
         return None
@@ -461,6 +494,17 @@ register(
 )
 register(
     Step(
+        "planned-flags",
+        Stage.POOL,
+        Reason.UNSUPPORTED_ENGINE_ARGS,
+        (_EXTRA, "spec.vllm.version"),
+        _planned_flags,
+        "Every engine field rendering passes (the plan, overrides, remediation) is a flag of the "
+        "pinned release with a value its parser accepts.",
+    )
+)
+register(
+    Step(
         "engine-rules",
         Stage.POOL,
         Reason.INVALID_ENGINE_CONFIG,
@@ -527,7 +571,13 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
     },
     "spec.model.architecture.maxPositionEmbeddings": ("schema", "override-model-len"),
     "spec.vllm": _SCHEMA,
-    "spec.vllm.version": ("schema", "release", "architecture-release", "multi-node-flags"),
+    "spec.vllm.version": (
+        "schema",
+        "release",
+        "architecture-release",
+        "planned-flags",
+        "multi-node-flags",
+    ),
     "spec.vllm.image": _POD,
     "spec.vllm.extraArgs": (
         "schema",
@@ -537,6 +587,7 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
         "override-layout",
         "override-model-len",
         "override-memory",
+        "planned-flags",
         "engine-rules",
     ),
     "spec.vllm.allowPlannerOverride": ("schema", "extra-flags", "override-layout"),
