@@ -206,6 +206,20 @@ REFUSED: dict[str, tuple[dict[str, str], Reason, str, str]] = {
         "spec.vllm.extraArgs[--data-parallel-size]",
         "need 2 GPUs in one pod",
     ),
+    "no-sequence-at-all": (
+        # found by the generative oracle at 150 examples: vLLM 0.32.0's SchedulerConfig refuses it
+        {"--max-num-seqs": "0"},
+        Reason.INVALID_ENGINE_CONFIG,
+        "spec.vllm.extraArgs[--max-num-seqs]",
+        "below 1: no request can be scheduled",
+    ),
+    "engram-for-a-model-without-engram-embeddings": (
+        # found by the generative oracle through vLLM 0.32.0's engine configuration
+        {"--engram-config": "{}"},
+        Reason.INVALID_ENGINE_CONFIG,
+        "spec.vllm.extraArgs[--engram-config]",
+        "has no Engram n-gram embeddings",
+    ),
     "pipeline-stages-on-one-node": (
         {"--pipeline-parallel-size": "2"},
         Reason.INVALID_ENGINE_CONFIG,

@@ -49,7 +49,8 @@ from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.api.spec import VLLMServiceSpec
 from vllm_operator.catalog.architectures import Architecture, release_problem
-from vllm_operator.catalog.vllm.errors import ArgsError
+from vllm_operator.catalog.vllm.errors import ArgsError, UnknownVersionError
+from vllm_operator.catalog.vllm.loader import version_position
 from vllm_operator.catalog.vllm.validate import render_engine_args
 from vllm_operator.catalog.vllm.values import extra_arg_fields, extra_arg_values
 from vllm_operator.planning.adapters import adapters_from_extra_args
@@ -322,6 +323,39 @@ def _model_len_override(subject: ModelSubject) -> Refusal | None:
     )
 
 
+ENGRAM_ARCHITECTURES = frozenset(
+    {"DeepseekV41ForCausalLM", "Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration"}
+)
+"""vLLM 0.32.0 and 0.33.0 vllm/config/engram.py _NGRAM_LAYER_FIELDS: the architectures with
+n-gram embeddings; EngramConfig.verify_model_config refuses every other model."""
+
+
+def _engram_model(subject: ModelSubject) -> Refusal | None:
+    # Model-dependent, so not a config rule of the flag: vLLM's engine configuration refuses an
+    # Engram config for a model without Engram embeddings (found by the generative oracle).
+    spec = subject.service.spec
+    names = subject.arch.registry_names
+    if not names or any(n in ENGRAM_ARCHITECTURES for n in names):
+        return None
+    fields = extra_arg_fields(spec.vllm.version, spec.vllm.extra_args)
+    flag = next((f for f, name in fields.items() if name == "engram_config"), None)
+    try:
+        claimed = version_position(spec.vllm.version) >= version_position("0.32.0")
+    except UnknownVersionError:
+        return None
+    if flag is None or not claimed:
+        return None
+    path = f"spec.vllm.extraArgs[{flag}]"
+    return Refusal(
+        Reason.INVALID_ENGINE_CONFIG,
+        path,
+        f"{path}: {subject.arch.name} ({', '.join(names)}) has no Engram n-gram embeddings: "
+        'vLLM refuses it ("EngramConfig requires a model with supported Engram embeddings and '
+        f'non-empty n-gram layer ids.", vLLM {spec.vllm.version} vllm/config/engram.py:'
+        "EngramConfig.verify_model_config); drop the flag",
+    )
+
+
 def _override_memory(subject: PoolSubject) -> Refusal | None:
     if not subject.overridden.refusals:
         return None
@@ -457,7 +491,8 @@ register(
             "spec.placement.maxNodesPerReplica",
         ),
         _static_overrides,
-        "Overrides vLLM refuses or the pod cannot run: utilization outside (0, 1], TP x DP above "
+        "Overrides vLLM refuses or the pod cannot run: utilization outside (0, 1], max_num_seqs "
+        "below 1, TP x DP above "
         "maxGPUsPerReplica, pipeline stages with maxNodesPerReplica 1.",
     )
 )
@@ -479,6 +514,17 @@ register(
         (_EXTRA, "spec.model.architecture.maxPositionEmbeddings", "spec.vllm.env"),
         _model_len_override,
         "A max_model_len override stays within the model's maximum length.",
+    )
+)
+register(
+    Step(
+        "engram-model",
+        Stage.MODEL,
+        Reason.INVALID_ENGINE_CONFIG,
+        (_EXTRA, "spec.model.name"),
+        _engram_model,
+        "--engram-config only for a model with Engram n-gram embeddings (vLLM's "
+        "EngramConfig.verify_model_config).",
     )
 )
 register(
@@ -534,7 +580,7 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
     # every spec field path -> the steps that judge it (beyond "schema", listed where it is
     # the only one); tests/reconcile/test_admission_chain.py keeps this complete
     "spec.model": _SCHEMA,
-    "spec.model.name": ("schema", "architecture-release"),
+    "spec.model.name": ("schema", "architecture-release", "engram-model"),
     "spec.model.revision": _SCHEMA,
     "spec.model.source": _SCHEMA,
     "spec.model.source.huggingFace": _SCHEMA,
@@ -586,6 +632,7 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
         "adapters",
         "override-layout",
         "override-model-len",
+        "engram-model",
         "override-memory",
         "planned-flags",
         "engine-rules",
