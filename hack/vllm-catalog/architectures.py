@@ -1,14 +1,16 @@
 """Which vLLM release registers each model architecture, from the releases' own model registry.
 
 Reads `vllm/model_executor/models/registry.py` of each release (the `_VLLM_MODELS` dict: every
-architecture class name `vllm serve` accepts without a plugin, and `_PREVIOUSLY_SUPPORTED_MODELS`)
-with `ast` (nothing is imported or executed) and writes
+architecture class name `vllm serve` accepts without a plugin; releases before registry.py existed,
+0.6.0, keep the same table as `_MODELS` in `vllm/model_executor/models/__init__.py`) with `ast`
+(nothing is imported or executed) and writes
 operator/vllm_operator/catalog/data/architecture-releases.json: per architecture the first and
 the last scanned release that registers it, and the wheels (name, sha256) it was read from.
 
-Input: a folder with one sub-folder per release holding `registry.py` and a `wheel` line
-("<wheel file name> <sha256>"), e.g. made with
-    pip download --no-deps vllm==X && unzip -j vllm-X-*.whl vllm/model_executor/models/registry.py
+Input: a folder with one sub-folder per release holding `registry.py` (the registry source, from
+whichever file above the release has) and a `wheel` line ("<wheel file name> <sha256> [<path of
+that file in the wheel>]"), e.g. made with
+    pip download --no-deps vllm==X && unzip -p vllm-X-*.whl vllm/model_executor/models/registry.py
 Usage: python hack/vllm-catalog/architectures.py DIR [--out PATH]
 """
 
@@ -52,7 +54,7 @@ def registered(source: str) -> set[str]:
                 out.add(key.value)
         return out
 
-    return keys("_VLLM_MODELS")
+    return keys("_VLLM_MODELS" if "_VLLM_MODELS" in dicts else "_MODELS")
 
 
 def main() -> None:
@@ -66,19 +68,31 @@ def main() -> None:
     )
     first: dict[str, str] = {}
     last: dict[str, str] = {}
+    seen: dict[str, set[str]] = {}
     wheels: dict[str, dict[str, str]] = {}
     for folder in releases:
-        name, sha = (folder / "wheel").read_text().split()
+        name, sha, *path = (folder / "wheel").read_text().split()
         wheels[folder.name] = {"wheel": name, "sha256": sha}
+        if path and path[0] != "vllm/model_executor/models/registry.py":
+            wheels[folder.name]["file"] = path[0]
         for arch in registered((folder / "registry.py").read_text()):
             first.setdefault(arch, folder.name)
             last[arch] = folder.name
+            seen.setdefault(arch, set()).add(folder.name)
+    names = [folder.name for folder in releases]
+
+    def absent(arch: str) -> list[str]:
+        """Releases between first and last without it (removed, then registered again)."""
+        span = names[names.index(first[arch]) : names.index(last[arch]) + 1]
+        return [v for v in span if v not in seen[arch]]
+
     data = {
         "source": "vllm/model_executor/models/registry.py (_VLLM_MODELS) of each release wheel "
         "on PyPI, read by hack/vllm-catalog/architectures.py",
         "scanned": wheels,
         "architectures": {
-            a: {"first": first[a], "last": last[a]} for a in sorted(first, key=str.lower)
+            a: {"first": first[a], "last": last[a], **({"absent": absent(a)} if absent(a) else {})}
+            for a in sorted(first, key=str.lower)
         },
     }
     args.out.write_text(json.dumps(data, indent=1) + "\n")

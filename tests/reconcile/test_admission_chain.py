@@ -11,7 +11,8 @@ import ast
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -32,9 +33,12 @@ from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.catalog.architectures import (
     Architecture,
+    UnknownModelError,
+    catalog_names,
     lookup_architecture,
     release_problem,
 )
+from vllm_operator.catalog.vllm.loader import supported_versions
 from vllm_operator.cli.main import cli
 from vllm_operator.hub.resolver import HubArchitectureResolver, NoTokenSecrets
 from vllm_operator.kube.gateway import Kind
@@ -42,6 +46,7 @@ from vllm_operator.reconcile import admission_chain as chain
 from vllm_operator.reconcile.admission import review
 from vllm_operator.reconcile.inventory import group_gpu_nodes
 from vllm_operator.reconcile.pools import ServiceRejected, plan_pools, prepare_service
+from vllm_operator.rendering.args import ArgsRejected, engine_argv
 
 from .nodes import gpu_node
 
@@ -97,6 +102,9 @@ STEP_FUNCTIONS: dict[str, dict[str, str]] = {
         "cli/specs.py": "validate, with an architecture known offline",
     },
     "check_pool_steps": {"reconcile/pools.py": "pool_refusal"},
+    "render_engine_args": {
+        "rendering/args.py": "engine_argv: the last defence after the planned-flags step",
+    },
 }
 
 
@@ -197,6 +205,20 @@ REFUSED: dict[str, tuple[dict[str, str], Reason, str, str]] = {
         Reason.INVALID_ENGINE_CONFIG,
         "spec.vllm.extraArgs[--data-parallel-size]",
         "need 2 GPUs in one pod",
+    ),
+    "no-sequence-at-all": (
+        # found by the generative oracle at 150 examples: vLLM 0.32.0's SchedulerConfig refuses it
+        {"--max-num-seqs": "0"},
+        Reason.INVALID_ENGINE_CONFIG,
+        "spec.vllm.extraArgs[--max-num-seqs]",
+        "below 1: no request can be scheduled",
+    ),
+    "engram-for-a-model-without-engram-embeddings": (
+        # found by the generative oracle through vLLM 0.32.0's engine configuration
+        {"--engram-config": "{}"},
+        Reason.INVALID_ENGINE_CONFIG,
+        "spec.vllm.extraArgs[--engram-config]",
+        "has no Engram n-gram embeddings",
     ),
     "pipeline-stages-on-one-node": (
         {"--pipeline-parallel-size": "2"},
@@ -378,11 +400,17 @@ def test_an_architecture_newer_than_the_pinned_release_names_the_first_release()
     assert message is not None and "the first release that has it is vLLM 0.28.0" in message
     assert release_problem(arch, "0.28.0") is None
     assert release_problem(arch, "0.33.0") is None
-    # before the first scanned release the data cannot tell: let through
-    assert release_problem(arch, "0.11.0") is None
+    # every release the catalog pins is scanned: an older one is refused as well
+    assert release_problem(arch, "0.11.0") is not None
     # a name no scanned release has (vLLM may run it through Transformers): let through
     assert release_problem(_with_registry("NoSuchForCausalLM"), "0.32.0") is None
     assert release_problem(_with_registry("LlamaForCausalLM"), "0.22.0") is None
+    # removed and registered again (ExaoneMoEForCausalLM: absent from 0.27.0 to 0.31.0 in the
+    # scanned registries): refused inside the gap, naming the release that has it again
+    gap = _with_registry("ExaoneMoEForCausalLM")
+    assert release_problem(gap, "0.26.0") is None and release_problem(gap, "0.32.0") is None
+    message = release_problem(gap, "0.29.0")
+    assert message is not None and "registered again in vLLM 0.32.0" in message
 
 
 def test_the_chain_refuses_an_architecture_the_pinned_release_lacks() -> None:
@@ -403,9 +431,71 @@ def test_the_registry_data_names_its_source_and_wheels() -> None:
     data = json.loads((PACKAGE / "catalog" / "data" / "architecture-releases.json").read_text())
     assert "registry.py" in data["source"]
     assert all(len(w["sha256"]) == 64 for w in data["scanned"].values())
-    assert data["architectures"]["LlamaForCausalLM"]["first"] == min(
-        data["scanned"], key=lambda v: tuple(int(x) for x in v.split("."))
-    )
+    assert data["architectures"]["LlamaForCausalLM"]["first"] == supported_versions()[0]
+    # every release the catalog pins is scanned, so no pin falls between two scanned releases
+    assert set(data["scanned"]) == set(supported_versions())
+
+
+def test_every_catalog_model_names_an_architecture_the_registry_data_knows() -> None:
+    # The release check needs the config.json `architectures` entry (item 4): a catalog model
+    # without it would be let through on any release.
+    table = json.loads((PACKAGE / "catalog" / "data" / "architecture-releases.json").read_text())
+    checked = 0
+    for name in catalog_names():
+        try:
+            arch = lookup_architecture(name)
+        except UnknownModelError:
+            continue  # an incomplete entry (no dimensions): refused as UnknownModel anyway
+        assert arch.registry_names, f"{name} has no registry architecture"
+        assert any(n in table["architectures"] for n in arch.registry_names), (
+            name,
+            arch.registry_names,
+        )
+        checked += 1
+    assert checked > 100
+
+
+def _release_before_first(model: str) -> tuple[str, str]:
+    data = json.loads((PACKAGE / "catalog" / "data" / "architecture-releases.json").read_text())
+    (name,) = lookup_architecture(model).registry_names
+    first = data["architectures"][name]["first"]
+    versions = supported_versions()
+    return versions[versions.index(first) - 1], first
+
+
+# (catalog model, why): a 2026 model and an older catalog model that only now names its
+# architecture (from model-registry-names.json, not its own entry)
+OLDER_RELEASE = [
+    "Qwen/Qwen3.6-27B",  # Qwen3_5ForConditionalGeneration
+    "openai/gpt-oss-20b",  # GptOssForCausalLM, by model_type gpt_oss
+]
+
+
+@pytest.mark.parametrize("model", OLDER_RELEASE)
+def test_a_newer_catalog_model_on_an_older_release_is_refused_naming_the_field(
+    tmp_path: Path, model: str
+) -> None:
+    older, first = _release_before_first(model)
+    doc = _service({})
+    doc["spec"]["model"] = {"name": model}
+    doc["spec"]["vllm"] = {"version": older}
+    path = tmp_path / "svc.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    for command in ("validate", "plan", "render"):
+        result = CliRunner().invoke(cli, [command, str(path)])
+        out = result.stdout + result.stderr
+        assert result.exit_code == 1, out
+        assert f"svc.yaml[0] llama-8b-chat: UnsupportedArchitecture: vLLM {older}" in out, out
+        assert f"pin spec.vllm.version {first} or later" in out
+        assert "Traceback" not in out and "kind: Deployment" not in out
+    gw = cluster()
+    gw.add(doc)
+    controller(gw).reconcile("default", "llama-8b-chat")
+    feasible = condition(status_of(gw, "llama-8b-chat"), "Feasible")
+    assert feasible["reason"] == Reason.UNSUPPORTED_ARCHITECTURE
+    assert "spec.vllm.version" in feasible["message"] and first in feasible["message"]
+    doc["spec"]["vllm"] = {"version": first}
+    assert review(doc, group_gpu_nodes([gpu_node("h-0", "NVIDIA-H200", 8)]), RESOLVER).allowed
 
 
 @pytest.mark.parametrize(("version", "rendered"), [("0.11.0", False), ("0.33.0", True)])
@@ -504,3 +594,80 @@ def test_no_override_raises_anywhere_in_the_chain(extra: dict[str, str], nodes: 
         assert pool.feasible or pool.message
         if pool.reason == Reason.INVALID_ENGINE_CONFIG:
             assert "spec.vllm.extraArgs" in pool.message or "extraArgs" in pool.message
+
+
+# ------------------------------------------------- planned flags: a chain step, not a raise
+
+
+def _pool_subject(version: str, rendered: dict[str, Any], origins: dict[str, str]) -> Any:
+    obj = _service({})
+    obj["spec"]["vllm"] = {"version": version}
+    service = chain.check_object(obj)
+    return chain.PoolSubject(
+        service=service,
+        arch=lookup_architecture("meta-llama/Llama-3.1-8B-Instruct"),
+        gpu_type="NVIDIA-L4",
+        overridden=cast(Any, SimpleNamespace(refusals=())),
+        config=dict(rendered),
+        origins=origins,
+        engine=None,
+        nodes=1,
+        rendered=rendered,
+    )
+
+
+def test_a_planned_field_the_release_lacks_is_refused_by_the_chain_naming_the_field() -> None:
+    # async_scheduling has no flag in vLLM 0.6.0 (catalog data): the planned-flags step refuses
+    # it with the field that set it, where rendering's engine_argv used to raise.
+    (step,) = [s for s in chain.steps(chain.Stage.POOL) if s.name == "planned-flags"]
+    assert step.reason == Reason.UNSUPPORTED_ENGINE_ARGS
+    planned = {"max_num_seqs": 8, "async_scheduling": True, "enable_prefix_caching": None}
+    refusal = step.check(_pool_subject("0.6.0", planned, {}))
+    assert refusal is not None and refusal.reason == Reason.UNSUPPORTED_ENGINE_ARGS
+    assert refusal.field == "spec.vllm.version"
+    assert refusal.message.startswith("spec.vllm.version: vLLM 0.6.0 does not accept")
+    assert "async_scheduling=True from the plan" in refusal.message
+    from_extra = {"async_scheduling": "extraArgs --async-scheduling"}
+    refusal = step.check(_pool_subject("0.6.0", planned, from_extra))
+    assert refusal is not None
+    assert refusal.field == "spec.vllm.extraArgs[--async-scheduling]"
+    assert step.check(_pool_subject("0.33.0", planned, {})) is None
+    # the chain runs it: the first pool refusal is this one
+    first = chain.check_pool_steps(_pool_subject("0.6.0", planned, {}))
+    assert first is not None and first.reason == Reason.UNSUPPORTED_ENGINE_ARGS
+
+
+def test_rendering_keeps_its_guard_as_the_last_defence() -> None:
+    with pytest.raises(ArgsRejected) as rejected:
+        engine_argv("0.6.0", {"async_scheduling": True}, {})
+    assert rejected.value.reason == Reason.UNSUPPORTED_ENGINE_ARGS
+
+
+# ------------------------------------------------ docs/operations.md lists every refusal reason
+
+
+def _doc_chain_rows() -> list[tuple[str, str, str]]:
+    text = (REPO / "docs" / "operations.md").read_text()
+    section = text.split("## The admission chain", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and cells[0].startswith("`") and cells[2].startswith("`"):
+            rows.append((cells[0].strip("`"), cells[1], cells[2].strip("`")))
+    return rows
+
+
+def test_operations_doc_lists_every_step_and_refusal_reason_of_the_chain() -> None:
+    expected = [(s.name, str(s.stage), str(s.reason)) for s in chain.steps()]
+    assert _doc_chain_rows() == expected, (
+        "docs/operations.md 'The admission chain' table differs from the chain "
+        "(reconcile/admission_chain.py): one row per step, in order, with its stage and reason"
+    )
+    # and each reason the chain refuses with has its row in the failure table ("what to do")
+    failures = (
+        (REPO / "docs" / "operations.md")
+        .read_text()
+        .split("## Every failure the operator reports", 1)[1]
+    )
+    for reason in {s.reason for s in chain.steps()}:
+        assert f"| `{reason}` |" in failures, reason

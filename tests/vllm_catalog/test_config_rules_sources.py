@@ -29,6 +29,10 @@ CACHE = Path(
 )
 
 BREAKS: dict[str, tuple[dict[str, object], dict[str, object]]] = {
+    "kv-transfer-config-needs-kv-connector": (
+        {"engine_id": "x"},
+        {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+    ),
     "kv-connector-needs-kv-role": (
         {"kv_connector": "NixlConnector"},
         {"kv_connector": "NixlConnector", "kv_role": "kv_both"},

@@ -648,6 +648,27 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
     )
 
 
+@cache
+def _registry_name_table() -> dict[str, Any]:
+    return _read_json("model-registry-names.json")
+
+
+def registry_names_for(model_type: object, model: str = "") -> tuple[str, ...]:
+    """The config.json `architectures` of a catalog model that does not state its own: by the
+    catalog key, else by its model_type (data/model-registry-names.json, every row sourced).
+
+    Why: vLLM resolves a checkpoint by these class names, so the release check
+    (`release_problem`) needs them; without them it cannot tell and lets the model through.
+    """
+    table = _registry_name_table()
+    row = table["by_model"].get(model) or (
+        table["by_model_type"].get(model_type) if isinstance(model_type, str) else None
+    )
+    if not row:
+        return ()
+    return tuple(str(n) for n in row["architectures"])
+
+
 def _registry_names(cfg: dict[str, Any]) -> tuple[str, ...]:
     names = cfg.get("architectures")
     if not isinstance(names, list):
@@ -670,7 +691,9 @@ def release_problem(arch: Architecture, version: str) -> str | None:
     From `data/architecture-releases.json` (hack/vllm-catalog/architectures.py: the
     `_VLLM_MODELS` registry of each scanned release wheel). Only what the data proves is
     refused: a release older than the first scanned one, and an architecture no scanned release
-    registers (vLLM may still run it through its Transformers backend), are let through.
+    registers (vLLM may still run it through its Transformers backend), are let through. Every
+    release the catalog pins is scanned; `absent` lists the releases between an architecture's
+    first and last that lack it (removed, then registered again).
     """
     if not arch.registry_names:
         return None
@@ -688,9 +711,18 @@ def release_problem(arch: Architecture, version: str) -> str | None:
     if not known:
         return None
     for _name, span in known:
-        if positions[span["first"]] <= here <= positions[span["last"]]:
+        inside = positions[span["first"]] <= here <= positions[span["last"]]
+        if inside and version not in span.get("absent", ()):
             return None
     name, span = known[0]
+    gap = span.get("absent", ())
+    if version in gap:
+        again = next(v for v in scanned if positions[v] > here and v not in gap)
+        return (
+            f"vLLM {version} does not register the architecture {name} of {arch.name} (vLLM's "
+            f"model registry: absent from {', '.join(span['absent'])}); it is registered again "
+            f"in vLLM {again}: pin spec.vllm.version {again} or another release that has it"
+        )
     if positions[span["first"]] > here:
         return (
             f"vLLM {version} does not register the architecture {name} of {arch.name} (vLLM's "
@@ -748,6 +780,7 @@ def architecture_from_override(override: ArchitectureOverride, name: str) -> Arc
         sliding_window=override.sliding_window,
         num_parameters=override.num_parameters,
         source="spec.model.architecture (inline override)",
+        registry_names=registry_names_for(override.model_type),
     )
 
 
@@ -783,6 +816,11 @@ def _raw_catalog() -> dict[str, dict[str, Any]]:
         return {**base, **{k: v for k, v in entry.items() if v is not None}, "extends": None}
 
     resolved = {key: resolve(key) for key in merged}
+    for key, entry in resolved.items():
+        if not entry.get("architectures"):
+            names = registry_names_for(entry.get("model_type"), key)
+            if names:
+                entry["architectures"] = list(names)
     for entry in list(resolved.values()):
         for alias in entry.get("aliases") or []:
             resolved.setdefault(str(alias), entry)

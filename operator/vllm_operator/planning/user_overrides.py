@@ -92,8 +92,8 @@ def static_override_problems(
     max_nodes_per_replica: int,
 ) -> list[tuple[str, str]]:
     """(field path, why) of planner-owned user values no pod of this spec can start with,
-    whatever the GPU: vLLM's own range for gpu_memory_utilization (CacheConfig: 0 < x <= 1),
-    more tensor x data parallel ranks than GPUs a replica's pod may request, and pipeline
+    whatever the GPU: vLLM's own range for gpu_memory_utilization (CacheConfig: 0 < x <= 1) and
+    max_num_seqs (SchedulerConfig: >= 1), more tensor x data parallel ranks than GPUs a replica's pod may request, and pipeline
     stages (one node each, the operator's multi-node layout) where the spec allows one node.
     """
     out: list[tuple[str, str]] = []
@@ -105,6 +105,17 @@ def static_override_problems(
             (
                 _path(flags, "gpu_memory_utilization"),
                 f"{util!r} is not a fraction in (0, 1]: vLLM's CacheConfig refuses it",
+            )
+        )
+    seqs = values.get("max_num_seqs")
+    if isinstance(seqs, int) and not isinstance(seqs, bool) and seqs < 1:
+        # vLLM 0.32.0 vllm/config/scheduler.py SchedulerConfig: max_num_seqs Field(ge=1); no
+        # release can schedule a request with none (found by the generative oracle)
+        out.append(
+            (
+                _path(flags, "max_num_seqs"),
+                f"{seqs!r} is below 1: no request can be scheduled (vLLM's SchedulerConfig "
+                "refuses it, max_num_seqs >= 1)",
             )
         )
     tp = values.get("tensor_parallel_size")

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -49,6 +49,9 @@ from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.api.spec import VLLMServiceSpec
 from vllm_operator.catalog.architectures import Architecture, release_problem
+from vllm_operator.catalog.vllm.errors import ArgsError, UnknownVersionError
+from vllm_operator.catalog.vllm.loader import version_position
+from vllm_operator.catalog.vllm.validate import render_engine_args
 from vllm_operator.catalog.vllm.values import extra_arg_fields, extra_arg_values
 from vllm_operator.planning.adapters import adapters_from_extra_args
 from vllm_operator.planning.engine_rules import Violation, check_engine_rules
@@ -121,6 +124,9 @@ class PoolSubject:
     origins: Mapping[str, str]
     engine: Any
     nodes: int
+    rendered: Mapping[str, Any] = field(default_factory=dict)
+    """The engine fields rendering turns into flags (the plan with the user's and remediation's
+    values; None: left to extraArgs), by vLLM name."""
 
 
 Subject = ServiceSubject | ModelSubject | PoolSubject
@@ -184,7 +190,9 @@ def _run(stage: Stage, subject: Subject) -> Refusal | None:
     for step in steps(stage):
         refusal = step.check(subject)
         if refusal is not None:
-            return refusal
+            # A step refuses with the reason it declares, the one docs/operations.md lists for
+            # it (a test keeps that table equal to the chain), whatever its helper raised.
+            return replace(refusal, reason=step.reason)
     return None
 
 
@@ -315,6 +323,39 @@ def _model_len_override(subject: ModelSubject) -> Refusal | None:
     )
 
 
+ENGRAM_ARCHITECTURES = frozenset(
+    {"DeepseekV41ForCausalLM", "Qwen4ExpForCausalLM", "Qwen4ExpForConditionalGeneration"}
+)
+"""vLLM 0.32.0 and 0.33.0 vllm/config/engram.py _NGRAM_LAYER_FIELDS: the architectures with
+n-gram embeddings; EngramConfig.verify_model_config refuses every other model."""
+
+
+def _engram_model(subject: ModelSubject) -> Refusal | None:
+    # Model-dependent, so not a config rule of the flag: vLLM's engine configuration refuses an
+    # Engram config for a model without Engram embeddings (found by the generative oracle).
+    spec = subject.service.spec
+    names = subject.arch.registry_names
+    if not names or any(n in ENGRAM_ARCHITECTURES for n in names):
+        return None
+    fields = extra_arg_fields(spec.vllm.version, spec.vllm.extra_args)
+    flag = next((f for f, name in fields.items() if name == "engram_config"), None)
+    try:
+        claimed = version_position(spec.vllm.version) >= version_position("0.32.0")
+    except UnknownVersionError:
+        return None
+    if flag is None or not claimed:
+        return None
+    path = f"spec.vllm.extraArgs[{flag}]"
+    return Refusal(
+        Reason.INVALID_ENGINE_CONFIG,
+        path,
+        f"{path}: {subject.arch.name} ({', '.join(names)}) has no Engram n-gram embeddings: "
+        'vLLM refuses it ("EngramConfig requires a model with supported Engram embeddings and '
+        f'non-empty n-gram layer ids.", vLLM {spec.vllm.version} vllm/config/engram.py:'
+        "EngramConfig.verify_model_config); drop the flag",
+    )
+
+
 def _override_memory(subject: PoolSubject) -> Refusal | None:
     if not subject.overridden.refusals:
         return None
@@ -332,6 +373,32 @@ def _engine_rules(subject: PoolSubject) -> Refusal | None:
         "spec.vllm.extraArgs",
         engine_config_message(violations, subject.origins),
     )
+
+
+def _planned_flags(subject: PoolSubject) -> Refusal | None:
+    # The release's parser for every field rendering will pass (engine_argv keeps the same check
+    # as a last defence): a planned field the pinned release has no flag for, or a value its
+    # choices refuse, is refused here with the field that set it, not raised while rendering.
+    version = subject.service.spec.vllm.version
+    for name, value in subject.rendered.items():
+        if value is None:
+            continue
+        try:
+            render_engine_args(version, {name: value})
+        except ArgsError as exc:
+            origin = subject.origins.get(name, "the plan")
+            if origin.startswith("extraArgs "):
+                path = f"spec.vllm.extraArgs[{origin.removeprefix('extraArgs ')}]"
+            else:
+                path = "spec.vllm.version"
+            problems = "; ".join(p.message for p in exc.problems)
+            return Refusal(
+                Reason.UNSUPPORTED_ENGINE_ARGS,
+                path,
+                f"{path}: vLLM {version} does not accept {name}={value!r} from {origin}: "
+                f"{problems}",
+            )
+    return None
 
 
 def _multinode(subject: PoolSubject) -> Refusal | None:
@@ -424,7 +491,8 @@ register(
             "spec.placement.maxNodesPerReplica",
         ),
         _static_overrides,
-        "Overrides vLLM refuses or the pod cannot run: utilization outside (0, 1], TP x DP above "
+        "Overrides vLLM refuses or the pod cannot run: utilization outside (0, 1], max_num_seqs "
+        "below 1, TP x DP above "
         "maxGPUsPerReplica, pipeline stages with maxNodesPerReplica 1.",
     )
 )
@@ -450,6 +518,17 @@ register(
 )
 register(
     Step(
+        "engram-model",
+        Stage.MODEL,
+        Reason.INVALID_ENGINE_CONFIG,
+        (_EXTRA, "spec.model.name"),
+        _engram_model,
+        "--engram-config only for a model with Engram n-gram embeddings (vLLM's "
+        "EngramConfig.verify_model_config).",
+    )
+)
+register(
+    Step(
         "override-memory",
         Stage.POOL,
         Reason.INVALID_ENGINE_CONFIG,
@@ -457,6 +536,17 @@ register(
         _override_memory,
         "Overrides against the pool's GPUs: the weights fit the budget, the KV cache holds one "
         "max_model_len sequence, TP x DP within the GPUs of one node.",
+    )
+)
+register(
+    Step(
+        "planned-flags",
+        Stage.POOL,
+        Reason.UNSUPPORTED_ENGINE_ARGS,
+        (_EXTRA, "spec.vllm.version"),
+        _planned_flags,
+        "Every engine field rendering passes (the plan, overrides, remediation) is a flag of the "
+        "pinned release with a value its parser accepts.",
     )
 )
 register(
@@ -490,7 +580,7 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
     # every spec field path -> the steps that judge it (beyond "schema", listed where it is
     # the only one); tests/reconcile/test_admission_chain.py keeps this complete
     "spec.model": _SCHEMA,
-    "spec.model.name": ("schema", "architecture-release"),
+    "spec.model.name": ("schema", "architecture-release", "engram-model"),
     "spec.model.revision": _SCHEMA,
     "spec.model.source": _SCHEMA,
     "spec.model.source.huggingFace": _SCHEMA,
@@ -527,7 +617,13 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
     },
     "spec.model.architecture.maxPositionEmbeddings": ("schema", "override-model-len"),
     "spec.vllm": _SCHEMA,
-    "spec.vllm.version": ("schema", "release", "architecture-release", "multi-node-flags"),
+    "spec.vllm.version": (
+        "schema",
+        "release",
+        "architecture-release",
+        "planned-flags",
+        "multi-node-flags",
+    ),
     "spec.vllm.image": _POD,
     "spec.vllm.extraArgs": (
         "schema",
@@ -536,7 +632,9 @@ COVERAGE: Mapping[str, tuple[str, ...]] = {
         "adapters",
         "override-layout",
         "override-model-len",
+        "engram-model",
         "override-memory",
+        "planned-flags",
         "engine-rules",
     ),
     "spec.vllm.allowPlannerOverride": ("schema", "extra-flags", "override-layout"),

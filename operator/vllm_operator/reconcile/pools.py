@@ -532,6 +532,10 @@ def pool_refusal(
             origins=origins,
             engine=engine,
             nodes=pp if isinstance(pp, int) and pp > 1 else 1,
+            rendered={
+                **rendered,
+                **({"served_model_name": spec.model.name} if spec.model.source.pvc else {}),
+            },
         )
     )
 

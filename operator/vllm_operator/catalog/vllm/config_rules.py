@@ -107,6 +107,13 @@ def _one_of(
     return check
 
 
+def _required(key: str) -> Callable[[Obj, ConfigClassSpec], tuple[object, ...] | None]:
+    def check(obj: Obj, cls: ConfigClassSpec) -> tuple[object, ...] | None:
+        return () if obj.get(key) is None else None
+
+    return check
+
+
 def _duplicate_activities(obj: Obj, cls: ConfigClassSpec) -> tuple[object, ...] | None:
     """Checked by vLLM only once profiler is "torch" (else the rule above fires first)."""
     value = obj.get("torch_profiler_activities")
@@ -241,6 +248,23 @@ RULES: tuple[ConfigRule, ...] = (
         sources=_DECODING,
         quote="disable_any_whitespace is only supported for xgrammar and guidance backends.",
         check=_one_of("disable_any_whitespace", "backend", ("xgrammar", "guidance"), "auto"),
+    ),
+    # A KV transfer config without a connector: 0.32.0's engine configuration asks the connector
+    # factory whether it supports the hybrid KV cache manager (VllmConfig, whenever
+    # kv_transfer_config is set), which raises without kv_connector (found by the generative
+    # oracle through vLLM 0.32.0; same in 0.33.0; older releases not claimed).
+    ConfigRule(
+        name="kv-transfer-config-needs-kv-connector",
+        flag="--kv-transfer-config",
+        since="0.32.0",
+        until=None,
+        sources={
+            "0.32.0": "vllm/distributed/kv_transfer/kv_connector/factory.py:"
+            "KVConnectorFactory.get_connector_class"
+        },
+        quote="Connector name is not set in KVTransferConfig",
+        check=_required("kv_connector"),
+        at_engine_start=True,
     ),
     # EngramConfig (--engram-config, from 0.30.0; use_thp from 0.31.0): checked in the 0.32.0
     # and 0.33.0 sources (the generative oracle found the first through vLLM 0.32.0's engine
