@@ -142,13 +142,22 @@ def test_feasible_service_is_admitted_without_warnings(webhook: Webhook) -> None
     created = webhook.kube.create(webhook.service("llama-3.1-8b-l4.yaml", "llama-8b-ok"))
     assert created["metadata"]["name"] == "llama-8b-ok"
     assert webhook.kube.last_warnings == []
-    # An update goes through the webhook too: an infeasible edit is refused.
-    bad = copy.deepcopy(created)
-    bad["spec"]["model"]["name"] = "meta-llama/Llama-3.1-70B-Instruct"
-    bad["spec"]["placement"]["maxGPUsPerReplica"] = 1
-    with pytest.raises(ApiError) as info:
-        webhook.kube.request("PUT", svc_path(webhook.namespace, "llama-8b-ok"), bad)
-    assert info.value.status == 403 and "does not fit" in info.value.message
+
+    # An update goes through the webhook too: an infeasible edit is refused. The operator writes
+    # status meanwhile (a new resourceVersion), so the edit starts from the latest object and a
+    # 409 Conflict is retried: only the webhook's 403 ends it.
+    def refused() -> ApiError | None:
+        bad = webhook.kube.get(svc_path(webhook.namespace, "llama-8b-ok"))
+        bad["spec"]["model"]["name"] = "meta-llama/Llama-3.1-70B-Instruct"
+        bad["spec"]["placement"]["maxGPUsPerReplica"] = 1
+        try:
+            webhook.kube.request("PUT", svc_path(webhook.namespace, "llama-8b-ok"), bad)
+        except ApiError as err:
+            return None if err.status == 409 else err
+        raise AssertionError("the infeasible edit was admitted")
+
+    error = wait_for(refused, timeout=60, interval=1, what="the infeasible edit's answer")
+    assert error.status == 403 and "does not fit" in error.message
 
 
 def test_partial_feasibility_is_admitted_with_warnings_the_client_sees(webhook: Webhook) -> None:
