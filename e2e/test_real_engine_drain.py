@@ -63,7 +63,13 @@ P99 = 4096  # a drain budget of 209 s (rendering/drain.py): room for slow decodi
 MAX_UTILIZATION = 0.06  # ~0.9 GiB of planned KV: VLLM_CPU_KVCACHE_SPACE=1 (as in the rig test)
 CLIENTS = 4
 PROMPT = "Count slowly from one to one thousand, one number per line."
-OUTPUT_TOKENS = 600  # tens of seconds per request on 2 cores: still running after the preStop wait
+# Long enough that a request started just before the stop outlives the preStop hook, which
+# sleeps its 5 s propagation wait but, with the CPU engine's threads spinning on every core, took
+# 14 s to run on an idle 2-core machine (python start-up starved): with 600 and then 1500 tokens
+# (~14 s per request at ~105 tokens/s each) every request finished inside it and the drain was
+# not exercised. ~2 min per request on a loaded 2-core machine: inside the 209 s drain budget.
+OUTPUT_TOKENS = 3000
+FRESH_S = 1.0  # the stop comes within this long after a client sent a new request
 CLIENT_TIMEOUT_S = 900.0  # longer than any bound of the test: a client never gives up first
 
 
@@ -181,6 +187,7 @@ def client(engine: RealEngine, endpoints: Endpoints) -> None:
 
 @dataclass(frozen=True)
 class Stopped:
+    began_at: float
     sigterm_at: float
     exited_at: float
     killed: bool
@@ -209,7 +216,7 @@ def kubelet_stop(engine: RealEngine, endpoints: Endpoints, pod: RenderedPod) -> 
         engine.proc.wait(timeout=30)
     exited_at = time.monotonic()
     probe.join(timeout=CLIENT_TIMEOUT_S)
-    return Stopped(sigterm_at, exited_at, killed, late[0] if late else "no answer")
+    return Stopped(start, sigterm_at, exited_at, killed, late[0] if late else "no answer")
 
 
 def request_after_sigterm(engine: RealEngine) -> str:
@@ -256,11 +263,16 @@ def test_the_rendered_drain_loses_no_request_when_the_kubelet_stops_the_engine(
             t.start()
 
         def steady() -> bool:
-            # Every client has a request running and the stream has completed some already.
-            in_flight = sample_total(engine.metrics_text(), running)
-            return in_flight >= CLIENTS and len(endpoints.done()) >= 1
+            # Every client has a request running, the stream has completed some already, and a
+            # request was sent just now: it is still running when SIGTERM comes, however fast
+            # this machine decodes.
+            with endpoints.lock:
+                newest = max((s.started for s in endpoints.sent), default=0.0)
+            if time.monotonic() - newest > FRESH_S or not endpoints.done():
+                return False
+            return sample_total(engine.metrics_text(), running) >= CLIENTS
 
-        wait_for(steady, timeout=600, interval=1, what="a steady stream of requests")
+        wait_for(steady, timeout=600, interval=0.1, what="a steady stream of requests")
         stopped = kubelet_stop(engine, endpoints, pod)
         endpoints.stop.set()
         for t in threads:
@@ -273,7 +285,12 @@ def test_the_rendered_drain_loses_no_request_when_the_kubelet_stops_the_engine(
     assert not failed, f"{len(failed)} of {len(sent)} requests lost: {failed[:3]}\n{log[-3000:]}"
     assert all(s.ended is not None for s in sent)
     drained = [s for s in sent if s.started < stopped.sigterm_at < (s.ended or 0)]
-    assert drained, "no request was running when SIGTERM came: the drain was not exercised"
+    assert drained, (
+        "no request was running when SIGTERM came: the drain was not exercised; "
+        f"stop began {stopped.began_at - stopped.sigterm_at:+.1f} s, requests (start, end) "
+        "relative to SIGTERM: "
+        f"{[(round(x.started - stopped.sigterm_at, 1), round((x.ended or 0) - stopped.sigterm_at, 1)) for x in sent]}"
+    )
     assert all(s.started < stopped.sigterm_at for s in sent)  # none routed after the stop began
     assert endpoints.not_routed > 0
     assert not stopped.refused_after_sigterm.startswith("completed"), stopped

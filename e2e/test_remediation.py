@@ -415,10 +415,16 @@ def test_engine_below_plan_raises_plan_deviation_and_the_pool_is_replanned_from_
     assert obs["maxNumSeqs"] == 6 and obs["predictedKvCacheTokens"] > measured
     wait_for(
         lambda: flag(container_args(kube, namespace), "--max-num-seqs") == 4,
-        timeout=30,
+        timeout=60,
         what="the Deployment re-planned to --max-num-seqs 4",
     )
-    plan = kube.get(path(namespace))["status"]["pools"][0]["plan"]
+
+    def replanned() -> dict[str, Any] | None:
+        # Status is written after the Deployment is applied: read it once it has caught up.
+        plan: dict[str, Any] = kube.get(path(namespace))["status"]["pools"][0]["plan"]
+        return plan if plan["memory"]["kvCacheTokens"] == measured else None
+
+    plan = wait_for(replanned, timeout=60, what="status with the re-planned pool")
     assert plan["memory"]["kvCacheTokens"] == measured
     assert plan["memory"]["concurrencyAtP99"] == 4.0
     assert any(
