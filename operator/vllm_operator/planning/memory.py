@@ -1342,7 +1342,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         # vLLM raises in config/compilation.py (vllm#38270): every decode sequence holds one Mamba
         # state block, so FULL decode CUDA graphs cannot be captured for more sequences than the
         # pool has blocks. Bench row 75: 'max_num_seqs (256) exceeds available Mamba cache
-        # blocks (184)', the 184 blocks this estimate computes for that start.
+        # blocks (184)'; this layout turns that log's 8.82 GiB into the same 184 blocks.
         startup.append(
             f"max_num_seqs {resolved.max_num_seqs} exceeds the {blocks} Mamba cache blocks of this "
             "hybrid model (one state block per decoding sequence): vLLM refuses to capture CUDA "
