@@ -28,6 +28,7 @@ the picker's own /metrics (which pods it holds, what queue it read), the picker'
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import signal
@@ -35,6 +36,7 @@ import socket
 import string
 import subprocess
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +64,8 @@ from vllm_operator.rendering.routing import (
     render_endpoint_picker,
     render_inference_pool,
 )
+
+log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "hack" / "tools" / "build.sh"
@@ -308,6 +312,7 @@ def _both_running(*engines: RealEngine, timeout: float = 300) -> Iterator[None]:
             e.start()
         for e in engines:
             e.wait_healthy(timeout)
+            log.info("Started vllm serve url=%s seconds=%.1f", e.url, e.startup_s or 0)
         yield
     finally:
         for e in engines:
@@ -316,7 +321,10 @@ def _both_running(*engines: RealEngine, timeout: float = 300) -> Iterator[None]:
 
 
 def _waited(what: str, check: Callable[[], Any], timeout: float) -> Any:
-    return wait_for(check, timeout=timeout, interval=0.5, what=what)
+    start = time.monotonic()
+    found = wait_for(check, timeout=timeout, interval=0.5, what=what)
+    log.info("Waited for=%r seconds=%.1f", what, time.monotonic() - start)
+    return found
 
 
 def test_picker_scores_real_engines_and_never_picks_a_pod_that_cannot_serve(
@@ -386,6 +394,7 @@ def test_picker_scores_real_engines_and_never_picks_a_pod_that_cannot_serve(
         # Idle: equal scores, the picker breaks ties at random, so both pods get requests.
         idle = Counter(_ask(client, picker, IDLE_ASKS))
         assert set(idle) == set(endpoint.values()), idle
+        log.info("Picked when idle picks=%s", dict(idle))
 
         with _load(small) as errors:
 
