@@ -145,3 +145,60 @@ def test_vision_config_is_read_from_a_config_json() -> None:
     assert (arch.vision_hidden_size, arch.vision_intermediate_size) == (1024, 4096)
     assert (arch.vision_patch_size, arch.vision_spatial_merge_size) == (16, 2)
     assert arch.vision_max_tokens_per_item == 16384
+
+
+def _qwen35_plan(extra_args: dict[str, str]) -> Any:
+    from vllm_operator.api.spec import VLLMServiceSpec
+    from vllm_operator.planning.intent import PlanIntent
+    from vllm_operator.planning.plan import plan_pool
+
+    spec = VLLMServiceSpec.model_validate(
+        {
+            "model": {"name": QWEN35_4B},
+            "workload": {"p99ContextTokens": 32768, "concurrency": 4},
+            "placement": {"gpuTypes": ["NVIDIA-L4"], "maxGPUsPerReplica": 1},
+            "vllm": {"version": "0.33.0", "extraArgs": extra_args},
+        }
+    )
+    return plan_pool(
+        PlanIntent.from_spec(spec), lookup_gpu("NVIDIA-L4"), lookup_architecture(QWEN35_4B)
+    )
+
+
+def test_the_plan_reads_the_profiling_flags_from_extra_args() -> None:
+    """A vision model's plan counts the encoder pass and says so in its reasons; the flags that
+    remove it, passed in spec.vllm.extraArgs, give the KV cache back."""
+    from vllm_operator.planning.plan import PoolPlan
+
+    profiled = _qwen35_plan({})
+    assert isinstance(profiled, PoolPlan)
+    assert any("vision encoder profiled" in r for r in profiled.reasons)
+    for flags in (
+        {"--skip-mm-profiling": ""},
+        {"--limit-mm-per-prompt": '{"image": 0, "video": {"count": 0}}'},
+    ):
+        text_only = _qwen35_plan(flags)
+        assert isinstance(text_only, PoolPlan)
+        assert not any("vision encoder profiled" in r for r in text_only.reasons)
+        assert text_only.memory.activation_gib < profiled.memory.activation_gib - 0.5
+
+
+def test_profiling_flags_are_read_as_vllm_takes_them() -> None:
+    from vllm_operator.planning.adapters import adapters_from_extra_args
+    from vllm_operator.planning.errors import PlanningInputError
+
+    a = adapters_from_extra_args(
+        {
+            "--language-model-only": "",
+            "--limit-mm-per-prompt": '{"image": 2, "video": {"count": 0, "num_frames": 8}}',
+            "--mm-encoder-tp-mode": "data",
+        }
+    )
+    assert a.language_model_only and not a.skip_mm_profiling
+    assert a.limit_mm_per_prompt == {"image": 2, "video": 0}
+    assert a.mm_encoder_tp_mode == "data"
+    assert not adapters_from_extra_args({"--skip-mm-profiling": "false"}).skip_mm_profiling
+    with pytest.raises(PlanningInputError, match="accepted: weights, data"):
+        adapters_from_extra_args({"--mm-encoder-tp-mode": "tensor"})
+    with pytest.raises(PlanningInputError, match="not a count"):
+        adapters_from_extra_args({"--limit-mm-per-prompt": '{"image": -1}'})
