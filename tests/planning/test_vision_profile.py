@@ -202,3 +202,23 @@ def test_profiling_flags_are_read_as_vllm_takes_them() -> None:
         adapters_from_extra_args({"--mm-encoder-tp-mode": "tensor"})
     with pytest.raises(PlanningInputError, match="not a count"):
         adapters_from_extra_args({"--limit-mm-per-prompt": '{"image": -1}'})
+
+
+def test_estimate_takes_the_profiling_flags() -> None:
+    """`vllm-operator estimate` with vLLM's own flags: the encoder pass is in the default
+    estimate and gone with image and video limits of 0 (bench row 62's configuration)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from vllm_operator.cli.main import cli
+
+    base = ["estimate", "--model", QWEN35_4B, "--gpu", "NVIDIA-L4", "--max-model-len", "32768"]
+    base += ["--vllm-version", "0.29.0", "-o", "json"]
+    runner = CliRunner()
+    profiled = runner.invoke(cli, base)
+    text_only = runner.invoke(cli, [*base, "--limit-mm-per-prompt", '{"image": 0, "video": 0}'])
+    assert profiled.exit_code == 0 and text_only.exit_code == 0, profiled.output
+    a, b = json.loads(profiled.output), json.loads(text_only.output)
+    assert a["activation_peak_gib"] == pytest.approx(1.6225, abs=1e-4)
+    assert b["activation_peak_gib"] < 1.0
