@@ -232,6 +232,17 @@ class Architecture(BaseModel):
     )
     quantization: Quantization | None = None
     vision_params: int = Field(default=0, ge=0, description="Vision tower, replicated per rank.")
+    # The vision tower's shape (config.json vision_config), for the encoder pass of vLLM's profile
+    # run (planning/memory.py encoder_profile_bytes). 0: not in the catalog, the pass is not
+    # modelled. vision_max_tokens_per_item is the processor's largest image in merged tokens, as
+    # vLLM logs it ('Encoder cache will be initialized with a budget of N tokens').
+    vision_hidden_size: int = Field(default=0, ge=0)
+    vision_intermediate_size: int = Field(default=0, ge=0)
+    vision_patch_size: int = Field(default=0, ge=0)
+    vision_temporal_patch_size: int = Field(default=1, ge=1)
+    vision_spatial_merge_size: int = Field(default=1, ge=1)
+    vision_in_channels: int = Field(default=3, ge=1)
+    vision_max_tokens_per_item: int = Field(default=0, ge=0)
     num_parameters: int | None = Field(default=None, description="Exact count when known.")
     source: str = ""
 
@@ -535,6 +546,31 @@ def _hybrid_fields(cfg: dict[str, Any], layers: int, hidden: int) -> dict[str, A
     return {}
 
 
+def _vision_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The vision tower's shape from config.json's vision_config (Qwen2-VL / Qwen3-VL / Qwen3.5
+    keys: hidden_size, intermediate_size, patch_size, temporal_patch_size, spatial_merge_size,
+    in_channels) and the catalog's vision_max_tokens_per_item. Empty without both: the encoder
+    pass of the profile run is then not modelled."""
+    vision = cfg.get("vision_config")
+    max_tokens = cfg.get("vision_max_tokens_per_item")
+    if not isinstance(vision, dict) or not max_tokens:
+        return {}
+    hidden = vision.get("hidden_size") or vision.get("embed_dim")
+    inter = vision.get("intermediate_size")
+    patch = vision.get("patch_size")
+    if not (hidden and inter and patch):
+        return {}
+    return {
+        "vision_hidden_size": int(hidden),
+        "vision_intermediate_size": int(inter),
+        "vision_patch_size": int(patch),
+        "vision_temporal_patch_size": int(vision.get("temporal_patch_size") or 1),
+        "vision_spatial_merge_size": int(vision.get("spatial_merge_size") or 1),
+        "vision_in_channels": int(vision.get("in_channels") or 3),
+        "vision_max_tokens_per_item": int(max_tokens),
+    }
+
+
 def _gemma_fields(cfg: dict[str, Any]) -> dict[str, Any]:
     """KV sharing, the wider full-attention head and per-layer embeddings (Gemma-3n, Gemma-4;
     vLLM gemma4.py / gemma3n.py read the same keys). Empty for other models."""
@@ -637,6 +673,7 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         sliding_window_layers=_sliding_layers(merged, int(layers)),
         quantization=quant,
         vision_params=int(merged.get("vision_params") or 0),
+        **_vision_fields(cfg),
         num_parameters=merged.get("num_parameters"),
         source=source,
         registry_names=_registry_names(cfg),

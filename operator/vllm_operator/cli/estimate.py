@@ -288,6 +288,29 @@ def _fewest_nodes(
 @click.option("--max-loras", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--max-lora-rank", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option(
+    "--skip-mm-profiling",
+    is_flag=True,
+    default=False,
+    help="vLLM's --skip-mm-profiling: the vision encoder's profile pass is left out.",
+)
+@click.option(
+    "--language-model-only",
+    is_flag=True,
+    default=False,
+    help="vLLM's --language-model-only: no vision tower weights, no encoder profile pass.",
+)
+@click.option(
+    "--limit-mm-per-prompt",
+    metavar="JSON",
+    help='vLLM\'s --limit-mm-per-prompt, e.g. \'{"image": 0, "video": 0}\' (no encoder pass).',
+)
+@click.option(
+    "--mm-encoder-tp-mode",
+    type=click.Choice(["weights", "data"]),
+    default="weights",
+    show_default=True,
+)
+@click.option(
     "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
 def estimate(
@@ -314,6 +337,10 @@ def estimate(
     enable_lora: bool,
     max_loras: int,
     max_lora_rank: int,
+    skip_mm_profiling: bool,
+    language_model_only: bool,
+    limit_mm_per_prompt: str | None,
+    mm_encoder_tp_mode: str,
     output: str,
 ) -> None:
     """Predict vLLM's startup memory profile (weights, activation, KV cache) for engine args.
@@ -338,6 +365,13 @@ def estimate(
         flags["--speculative-config"] = speculative_config
     if enable_lora:
         flags["--enable-lora"] = ""
+    if skip_mm_profiling:
+        flags["--skip-mm-profiling"] = ""
+    if language_model_only:
+        flags["--language-model-only"] = ""
+    if limit_mm_per_prompt:
+        flags["--limit-mm-per-prompt"] = limit_mm_per_prompt
+    flags["--mm-encoder-tp-mode"] = mm_encoder_tp_mode
     if gpus_per_node is not None and tensor_parallel_size > gpus_per_node:
         usage_error(
             f"--tensor-parallel-size {tensor_parallel_size} is above --gpus-per-node "
@@ -372,6 +406,10 @@ def estimate(
             num_speculative_tokens=adapters.num_speculative_tokens,
             max_loras=adapters.max_loras,
             max_lora_rank=adapters.max_lora_rank,
+            skip_mm_profiling=adapters.skip_mm_profiling,
+            language_model_only=adapters.language_model_only,
+            limit_mm_per_prompt=adapters.limit_mm_per_prompt,
+            mm_encoder_tp_mode=adapters.mm_encoder_tp_mode,
         )
         if max_nodes is not None and pipeline_parallel_size is None:
             est, notes = _fewest_nodes(arch, gpu_memory(facts), args, max_nodes)

@@ -1,4 +1,5 @@
-"""Speculative decoding and LoRA, as far as memory is concerned, read from the spec's extraArgs.
+"""Speculative decoding, LoRA and the vision encoder's profiling, as far as memory is concerned,
+read from the spec's extraArgs.
 
 The VLLMService API has no field for either: users pass vLLM's own flags in `vllm.extraArgs`
 (`--speculative-config '{"method": "mtp", "num_speculative_tokens": 2}'`, `--enable-lora
@@ -29,6 +30,11 @@ class Adapters(BaseModel):
     num_speculative_tokens: int = Field(default=0, ge=0)
     max_loras: int = Field(default=0, ge=0, description="LoRA slots on the GPU; 0: LoRA off.")
     max_lora_rank: int = Field(default=DEFAULT_MAX_LORA_RANK, ge=1)
+    # the vision encoder's pass in vLLM's profile run (planning/memory.py encoder_profile_bytes)
+    skip_mm_profiling: bool = False
+    language_model_only: bool = False
+    limit_mm_per_prompt: dict[str, int] | None = None
+    mm_encoder_tp_mode: str = "weights"
 
 
 def _flag(extra_args: Mapping[str, str], name: str) -> str | None:
@@ -48,6 +54,34 @@ def _int(extra_args: Mapping[str, str], name: str, default: int) -> int:
         raise PlanningInputError(
             f"spec.vllm.extraArgs[{name}]", f"{text!r} is not an integer"
         ) from None
+
+
+def _bool_flag(extra_args: Mapping[str, str], name: str) -> bool:
+    text = _flag(extra_args, name)
+    return text is not None and text.strip().lower() not in ("false", "0")
+
+
+def _mm_limits(extra_args: Mapping[str, str]) -> dict[str, int] | None:
+    """--limit-mm-per-prompt as counts per modality: vLLM 0.2x-0.33 take a JSON object whose
+    values are a count or an object with a `count` (config/multimodal.py, 'Legacy format (count
+    only): {"image": 16, "video": 2}'); a missing count is vLLM's default, 999."""
+    text = _flag(extra_args, "--limit-mm-per-prompt")
+    if not text:
+        return None
+    field = "spec.vllm.extraArgs[--limit-mm-per-prompt]"
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanningInputError(field, f"is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise PlanningInputError(field, "is not a JSON object")
+    limits: dict[str, int] = {}
+    for modality, value in raw.items():
+        count = value.get("count", 999) if isinstance(value, dict) else value
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise PlanningInputError(field, f"{modality}: {count!r} is not a count")
+        limits[str(modality)] = count
+    return limits
 
 
 def adapters_from_extra_args(extra_args: Mapping[str, str]) -> Adapters:
@@ -91,4 +125,19 @@ def adapters_from_extra_args(extra_args: Mapping[str, str]) -> Adapters:
         num_speculative_tokens=tokens,
         max_loras=_int(extra_args, "--max-loras", DEFAULT_MAX_LORAS) if lora else 0,
         max_lora_rank=_int(extra_args, "--max-lora-rank", DEFAULT_MAX_LORA_RANK),
+        skip_mm_profiling=_bool_flag(extra_args, "--skip-mm-profiling"),
+        language_model_only=_bool_flag(extra_args, "--language-model-only"),
+        limit_mm_per_prompt=_mm_limits(extra_args),
+        mm_encoder_tp_mode=_tp_mode(extra_args),
     )
+
+
+def _tp_mode(extra_args: Mapping[str, str]) -> str:
+    """--mm-encoder-tp-mode: vLLM's choices are weights (the default) and data (the flag catalog,
+    catalog/vllm/data/0.33.0.json)."""
+    mode = _flag(extra_args, "--mm-encoder-tp-mode") or "weights"
+    if mode not in ("weights", "data"):
+        raise PlanningInputError(
+            "spec.vllm.extraArgs[--mm-encoder-tp-mode]", f"{mode!r}; accepted: weights, data"
+        )
+    return mode

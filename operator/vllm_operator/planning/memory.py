@@ -136,6 +136,24 @@ class EngineArgs(BaseModel):
         description="None: the version's default. A hybrid without prefix caching pins one "
         "state block per sequence instead of align mode's two or three.",
     )
+    skip_mm_profiling: bool = Field(
+        default=False,
+        description="--skip-mm-profiling: the profile run leaves the multimodal encoder out.",
+    )
+    language_model_only: bool = Field(
+        default=False,
+        description="--language-model-only: the vision tower is neither loaded nor profiled.",
+    )
+    limit_mm_per_prompt: dict[str, int] | None = Field(
+        default=None,
+        description="--limit-mm-per-prompt counts per modality; image and video both 0: no "
+        "encoder pass in the profile run. None: vLLM's default limits.",
+    )
+    mm_encoder_tp_mode: str = Field(
+        default="weights",
+        description="--mm-encoder-tp-mode: 'weights' shards the tower like the language model, "
+        "'data' runs it whole on every rank.",
+    )
 
 
 class GpuMemory(BaseModel):
@@ -178,6 +196,10 @@ class ResolvedArgs(BaseModel):
     max_loras: int = 0
     max_lora_rank: int = 16
     enable_prefix_caching: bool | None = None
+    mm_profile_items: int = 0
+    mm_profile_tokens_per_item: int = 0
+    mm_encoder_tp_mode: str = "weights"
+    language_model_only: bool = False
 
 
 class HybridLayout(BaseModel):
@@ -847,6 +869,81 @@ def moe_workspace_bytes(arch: Architecture, args: ResolvedArgs) -> float:
     return (ws13 + ws2) * dtype_bytes(args.dtype)
 
 
+# vLLM V1's profile run encodes a dummy multimodal batch before the language model's dummy pass
+# (v1/worker/gpu_model_runner.py GPUModelRunner.profile_run, read in the 0.2x-0.33 line; the same
+# shape since V1): unless --skip-mm-profiling, it logs 'Encoder cache will be initialized with a
+# budget of B tokens, and profiled with K <modality> items of the maximum feature size', runs
+# ``self.model.embed_multimodal`` on K copies of the largest item (``_get_mm_dummy_batch``) and
+# keeps the outputs in ``self.encoder_cache`` while ``_dummy_run`` and the sampler run, clearing
+# them only after. K and B come from vllm/multimodal/encoder_budget.py MultiModalBudget:
+# B = min(compute budget, cache size), both max(max_num_batched_tokens, largest item)
+# (v1/core/encoder_cache_manager.py compute_mm_encoder_budget); K = max(1, min(B // T,
+# max_num_seqs x max(1, min(limit_mm_per_prompt, max_model_len // T)))) for T tokens per item
+# (``_get_max_items``; without chunked prefill max_num_seqs is capped at max_num_batched_tokens // T).
+# A modality limit of 0 takes the modality out of the tower set, and --language-model-only sets
+# every limit to 0, so neither profiles the encoder.
+
+
+def mm_profile_items(
+    arch: Architecture,
+    *,
+    max_model_len: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    chunked: bool,
+    image_limit: int | None,
+) -> tuple[int, int]:
+    """(K items, T tokens per item) of the profile run's dummy image batch; (0, 0) when the
+    catalog lacks the tower's shape or the image limit is 0 (MultiModalBudget._get_max_items)."""
+    per_item = arch.vision_max_tokens_per_item
+    if not per_item or not arch.vision_hidden_size or image_limit == 0:
+        return 0, 0
+    budget = max(max_num_batched_tokens, per_item)
+    limit = image_limit if image_limit is not None else max_model_len  # vLLM's default: 999
+    per_prompt = max(1, min(limit, max_model_len // per_item))
+    reqs = max_num_seqs if chunked else min(max_num_seqs, max_num_batched_tokens // per_item)
+    return max(1, min(budget // per_item, reqs * per_prompt)), per_item
+
+
+def encoder_profile_bytes(arch: Architecture, args: ResolvedArgs) -> tuple[float, float]:
+    """(peak of the encoder pass, encoder outputs held through the language model's pass) on one
+    rank, above the weights.
+
+    The tower of the Qwen3-VL / Qwen3.5 family (model_executor/models/qwen3_vl.py, read in 0.33.0:
+    Qwen3_VisionTransformer.forward, Qwen3_VisionBlock.forward, Qwen3_VisionMLP.forward) runs
+    P = K x T x merge^2 patches. Alive through every block: the dummy pixel batch
+    (P x in_channels x temporal x patch^2, held by the batched inputs; counted in the model
+    dtype, a float32 batch would hold twice that), ``encoder_metadata['pos_embeds']`` (P x hidden)
+    and the residual stream (P x hidden). A block adds its norm's output (P x hidden, the argument
+    of ``self.mlp(self.norm2(x))``) and the larger of the MLP (``linear_fc2(act_fn(linear_fc1(x)))``:
+    fc1's output and the activation's, 2 x P x intermediate) and attention (q, k, v, the rotated
+    q and k, the output: 6 x P x hidden); flash attention keeps no P x P matrix. With
+    --mm-encoder-tp-mode weights the linear layers are sharded over TP; 'data' runs an item whole
+    on one rank. The rotary tables and kernel workspaces are left out, so this is what the code
+    must hold at once, not a measured peak; the bench rows that profile the tower
+    (docs/planning-model.md) are not all reproduced by it, and it is kept structural, not fitted.
+    The outputs (K x T x the language model's hidden size, the merger's output) stay in the
+    encoder cache while the language model's dummy pass runs.
+    """
+    items, per_item = args.mm_profile_items, args.mm_profile_tokens_per_item
+    if not items:
+        return 0.0, 0.0
+    act_b = dtype_bytes(args.dtype)
+    tp_v = args.tensor_parallel_size if args.mm_encoder_tp_mode == "weights" else 1
+    patches = items * per_item * arch.vision_spatial_merge_size**2
+    h, inter = arch.vision_hidden_size, arch.vision_intermediate_size
+    pixels = (
+        patches
+        * arch.vision_in_channels
+        * arch.vision_temporal_patch_size
+        * arch.vision_patch_size**2
+        * act_b
+    )
+    block = patches * (3 * h + max(2 * inter, 6 * h) / tp_v) * act_b
+    outputs = items * per_item * arch.hidden_size * act_b
+    return pixels + block, outputs
+
+
 def activation_bytes(
     arch: Architecture,
     *,
@@ -859,7 +956,9 @@ def activation_bytes(
     Forward and sampler run one after the other, so the peak is the larger of the two. From
     0.20 a MoE model's persistent fused-MoE workspace is added on top (``moe_workspace_bytes``):
     vLLM counts it as consumed memory, held while the sampler runs. The forward term keeps its
-    MoE width as well (a double count where the workspace is persistent: the safe side).
+    MoE width as well (a double count where the workspace is persistent: the safe side). A
+    vision model's encoder pass (``encoder_profile_bytes``) comes before both, and its cached
+    outputs are held through them.
     """
     act_b = dtype_bytes(args.dtype)
     tp = args.tensor_parallel_size
@@ -873,7 +972,13 @@ def activation_bytes(
         lo, hi = LEGACY_V1_FULL_LOGITS
         if sem.engine is Engine.V1 and version.at_least(lo) and not version.at_least(hi):
             sampler += args.max_num_batched_tokens * arch.vocab_size * 4
-    return max(forward, sampler) + moe_workspace_bytes(arch, args) + ACTIVATION_CONST_GIB * GIB
+    peak = max(forward, sampler) + moe_workspace_bytes(arch, args)
+    encoder, encoder_outputs = encoder_profile_bytes(arch, args)
+    if encoder:
+        # the encoder pass runs first (before the MoE workspace exists); its outputs stay cached
+        # through the language model's pass
+        peak = max(encoder, peak + encoder_outputs)
+    return peak + ACTIVATION_CONST_GIB * GIB
 
 
 def non_torch_gib(sem: MemorySemantics, args: ResolvedArgs, sm: tuple[int, int] | None) -> float:
@@ -1158,6 +1263,34 @@ def resolve_args(
             )
             block = layout.block_size
     util = args.gpu_memory_utilization or sem.default_gpu_memory_utilization
+    limits = args.limit_mm_per_prompt
+    no_tower = (
+        args.skip_mm_profiling
+        or args.language_model_only
+        or (limits is not None and limits.get("image", 1) == 0 and limits.get("video", 1) == 0)
+    )
+    mm_items, mm_tokens = (0, 0)
+    if sem.engine is Engine.V1 and not no_tower:
+        mm_items, mm_tokens = mm_profile_items(
+            arch,
+            max_model_len=max_len,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=tokens,
+            chunked=chunked,
+            # a video item is taken to be no smaller than an image (the pass profiles the
+            # modality with the most tokens per item): the larger limit of the two counts
+            image_limit=None
+            if limits is None or "image" not in limits or "video" not in limits
+            else max(limits["image"], limits["video"]),
+        )
+    if mm_items:
+        notes.append(
+            f"vision encoder profiled: vLLM encodes {mm_items} dummy image(s) of "
+            f"{mm_tokens:,} tokens before the KV cache is sized (encoder cache budget "
+            f"{max(tokens, mm_tokens):,} tokens); a structural estimate of the tower's "
+            "activations, not measured: --skip-mm-profiling or --language-model-only (text only) "
+            "removes it"
+        )
     resolved = ResolvedArgs(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
@@ -1178,6 +1311,10 @@ def resolve_args(
         max_loras=args.max_loras,
         max_lora_rank=args.max_lora_rank,
         enable_prefix_caching=args.enable_prefix_caching,
+        mm_profile_items=mm_items,
+        mm_profile_tokens_per_item=mm_tokens,
+        mm_encoder_tp_mode=args.mm_encoder_tp_mode,
+        language_model_only=args.language_model_only,
     )
     return resolved, sem, notes
 
@@ -1228,7 +1365,9 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         last = stage == pp - 1
         w = (
             weights_bytes(
-                arch,
+                arch.model_copy(update={"vision_params": 0})
+                if resolved.language_model_only
+                else arch,
                 tp=tp,
                 pp=pp,
                 stage=stage,

@@ -258,6 +258,10 @@ def _adapter_args(intent: PlanIntent) -> dict[str, Any]:
         "num_speculative_tokens": a.num_speculative_tokens,
         "max_loras": a.max_loras,
         "max_lora_rank": a.max_lora_rank,
+        "skip_mm_profiling": a.skip_mm_profiling,
+        "language_model_only": a.language_model_only,
+        "limit_mm_per_prompt": a.limit_mm_per_prompt,
+        "mm_encoder_tp_mode": a.mm_encoder_tp_mode,
         "enable_prefix_caching": False if intent.prefix_caching is PrefixCaching.DISABLED else None,
     }
 
