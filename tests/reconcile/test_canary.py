@@ -325,3 +325,53 @@ def test_with_a_free_gpu_the_canary_surges_and_keeps_surging_once_it_holds_it() 
     clock.now = NOW + timedelta(seconds=30)
     ctl.reconcile(NS, NAME)
     assert gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["spec"]["replicas"] == 2
+
+
+def _unset(default: bool, rollout: dict[str, Any] | None = None) -> tuple[FakeGateway, Controller]:
+    """A ready pool whose spec leaves canaries to the cluster default, then changes its plan."""
+    gw = cluster()
+    svc = example("llama-3.1-8b-l4.yaml")
+    svc["spec"]["replicas"] = 2
+    if rollout is not None:
+        svc["spec"]["rollout"] = rollout
+    gw.add(svc)
+    ctl = Controller(
+        gw, HubArchitectureResolver(gw, OfflineHub()), clock=lambda: NOW, canary_default=default
+    )
+    first = ctl.reconcile(NS, NAME)
+    # The first creation needs no canary, whatever the default: there is nothing to protect.
+    assert f"Deployment/{DEP}" in first.applied and gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+    make_ready(gw, NS, DEP)
+    ctl.reconcile(NS, NAME)
+    changed = copy.deepcopy(gw.get(Kind.VLLM_SERVICE, NS, NAME))
+    assert changed is not None
+    changed["spec"]["workload"]["concurrency"] = 3
+    changed["metadata"]["generation"] = 2
+    gw.add(changed)
+    return gw, ctl
+
+
+def test_with_the_cluster_default_on_a_spec_without_the_knob_gets_a_canary() -> None:
+    gw, ctl = _unset(default=True)
+    old_hash = plan_hash(gw)
+    outcome = ctl.reconcile(NS, NAME)
+    assert "CanaryStarted" in outcome.events
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is not None
+    assert plan_hash(gw) == old_hash  # the pool holds its plan
+
+
+def test_a_spec_that_turns_canaries_off_overrides_the_cluster_default() -> None:
+    gw, ctl = _unset(default=True, rollout={"canary": {"enabled": False}})
+    old_hash = plan_hash(gw)
+    outcome = ctl.reconcile(NS, NAME)
+    assert "CanaryStarted" not in outcome.events
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+    assert plan_hash(gw) != old_hash  # rolled at once
+
+
+def test_with_the_cluster_default_off_a_spec_without_the_knob_rolls_at_once() -> None:
+    gw, ctl = _unset(default=False, rollout={"canary": {"observationSeconds": 60}})
+    old_hash = plan_hash(gw)
+    outcome = ctl.reconcile(NS, NAME)
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+    assert outcome.applied == [f"Deployment/{DEP}"] and plan_hash(gw) != old_hash

@@ -42,6 +42,7 @@ from vllm_operator.remediation.canary import (
     CanaryState,
     KvMeasurement,
     Verdict,
+    canary_enabled,
     decide_canary,
 )
 from vllm_operator.remediation.overrides import effective_args
@@ -175,7 +176,12 @@ def _old_pool(old: VLLMServiceStatus, gpu_type: str) -> PoolStatus | None:
 
 
 def surge_room(
-    gw: KubeGateway, service: VLLMService, pool: PoolOutcome, live: Obj | None, nodes: list[Obj]
+    gw: KubeGateway,
+    service: VLLMService,
+    pool: PoolOutcome,
+    live: Obj | None,
+    nodes: list[Obj],
+    canary_default: bool = False,
 ) -> int | None:
     """How many more pods of the pool the free GPUs of its type take now, read only when a canary
     could surge into them (canaries on, maxSurge > 0, a running Deployment pool whose plan
@@ -186,7 +192,7 @@ def surge_room(
     if (
         desired is None
         or live is None
-        or not rollout.canary.enabled
+        or not canary_enabled(rollout.canary.enabled, canary_default)
         or rollout.max_surge == 0
         or desired.get("kind") != "Deployment"
         or pool.claim_template is not None
@@ -210,11 +216,13 @@ def gate(
     old: VLLMServiceStatus,
     now: datetime,
     room: int | None = None,
+    canary_default: bool = False,
 ) -> CanaryStep:
     """Decide the pool's canary and carry it out; `pool.deployment` becomes what to apply.
 
     `room`: more pods of the pool the free GPUs of its type take now (None: unknown, the spec's
-    maxSurge decides alone); 0 makes a starting canary take one pod's place.
+    maxSurge decides alone); 0 makes a starting canary take one pod's place. `canary_default`:
+    the operator's cluster default for specs that leave `rollout.canary.enabled` out.
     """
     step = CanaryStep()
     desired = pool.deployment
@@ -242,7 +250,7 @@ def gate(
     spec_replicas = desired["spec"].get("replicas")
     decision = decide_canary(
         CanaryInputs(
-            enabled=rollout.canary.enabled,
+            enabled=canary_enabled(rollout.canary.enabled, canary_default),
             observation_seconds=rollout.canary.observation_seconds,
             startup_budget_seconds=_startup_budget(desired),
             kv_threshold_percent=PLAN_DEVIATION_THRESHOLD_PERCENT,

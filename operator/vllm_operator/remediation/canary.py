@@ -97,6 +97,14 @@ class CanaryDecision(_Frozen):
     requeue_after: float | None = None
 
 
+def canary_enabled(spec_enabled: bool | None, cluster_default: bool) -> bool:
+    """Whether a pool's new plans get a canary: the spec's `rollout.canary.enabled` where it says,
+    else the operator's cluster default (`vllm-operator run --canary/--no-canary`, chart value
+    `canary.enabled`). A cluster turning canaries on covers every service that did not choose;
+    a service that chose keeps its choice either way."""
+    return cluster_default if spec_enabled is None else spec_enabled
+
+
 def decide_canary(i: CanaryInputs) -> CanaryDecision:
     """The canary verdict for one pool (see the module docstring)."""
     if i.live_hash is None or i.live_hash == i.desired_hash:
