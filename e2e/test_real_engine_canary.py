@@ -431,6 +431,10 @@ def test_a_canary_whose_real_engine_measures_less_kv_than_planned_is_not_promote
                     assert word in degraded["message"], (word, degraded["message"])
                 (pool,) = status["pools"]
                 assert pool["canary"]["phase"] == "Failed" and pool["canary"]["hash"] == new_hash
+                # Judged against what the plan counted on at the start, although the pool's plan
+                # now rests on the measurement (same argv: the failed plan stays held).
+                assert pool["canary"]["plannedKvCacheTokens"] == predicted
+                assert pool["plan"]["memory"]["kvCacheTokens"] == measured
                 assert pool["lastGoodPlan"] == good_record
                 assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
                 held = workload(gw, DEPLOYMENT)

@@ -375,3 +375,54 @@ def test_with_the_cluster_default_off_a_spec_without_the_knob_rolls_at_once() ->
     outcome = ctl.reconcile(NS, NAME)
     assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
     assert outcome.applied == [f"Deployment/{DEP}"] and plan_hash(gw) != old_hash
+
+
+def test_a_plan_resting_on_a_measured_capacity_is_judged_against_it() -> None:
+    """The running configuration measured 20 % below the memory model (PlanDeviation True) and
+    the plan re-planned from it. A new plan of the same configuration (another concurrency)
+    counts on the measured capacity; its canary measuring the same is promoted, not rolled back
+    for the model's error that the plan already corrected."""
+    gw = cluster()
+    svc = example("llama-3.1-8b-l4.yaml")
+    svc["spec"]["replicas"] = 2
+    svc["spec"]["rollout"] = {"canary": {"enabled": True, "observationSeconds": 60}}
+    gw.add(svc)
+    clock = Clock()
+    ctl = Controller(gw, HubArchitectureResolver(gw, OfflineHub()), clock=clock)
+    ctl.reconcile(NS, NAME)
+    make_ready(gw, NS, DEP)
+    svc_obj = gw.objects[(Kind.VLLM_SERVICE, NS, NAME)]
+    service = VLLMService.model_validate({k: v for k, v in svc_obj.items() if k != "status"})
+    plan = PoolPlan.model_validate(svc_obj["status"]["pools"][0]["plan"])
+    assert plan.memory is not None
+    predicted = plan.memory.kv_cache_tokens
+    measured = int(predicted * 0.8)
+    observation = StatusObservation(
+        key=observation_key(service.spec, GPU, plan.planned_args()),
+        max_num_seqs=plan.planned_args().max_num_seqs,
+        kv_cache_tokens=measured,
+        predicted_kv_cache_tokens=predicted,
+        deviation_percent=-20.0,
+        observed_at=NOW,
+    )
+    svc_obj["status"]["observations"] = [observation.to_wire()]
+    old_hash = plan_hash(gw)
+    ctl.reconcile(NS, NAME)  # re-planned from the measurement: 6 sequences still fit
+    (pool,) = status_of(gw, NAME)["pools"]
+    assert pool["plan"]["memory"]["kvCacheTokens"] == measured
+    assert plan_hash(gw) == old_hash and gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+
+    changed = copy.deepcopy(gw.get(Kind.VLLM_SERVICE, NS, NAME))
+    assert changed is not None
+    changed["spec"]["workload"]["concurrency"] = 3  # same configuration key, new max_num_seqs
+    changed["metadata"]["generation"] = 2
+    gw.add(changed)
+    clock.now = NOW + timedelta(seconds=10)
+    assert "CanaryStarted" in ctl.reconcile(NS, NAME).events
+    (pool,) = status_of(gw, NAME)["pools"]
+    assert pool["canary"]["plannedKvCacheTokens"] == measured
+    put_canary_pod(gw, ready_since=NOW + timedelta(seconds=20))
+    clock.now = NOW + timedelta(seconds=90)
+    outcome = ctl.reconcile(NS, NAME)
+    assert "CanaryPromoted" in outcome.events, status_of(gw, NAME)["conditions"]
+    assert "CanaryFailed" not in outcome.events

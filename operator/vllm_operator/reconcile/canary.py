@@ -156,7 +156,14 @@ def _canary_pod(pods: list[Obj]) -> CanaryPod | None:
     )
 
 
-def _kv(service: VLLMService, pool: PoolOutcome, old: VLLMServiceStatus) -> KvMeasurement | None:
+def _kv(
+    service: VLLMService, pool: PoolOutcome, old: VLLMServiceStatus, planned: int | None
+) -> KvMeasurement | None:
+    """What the engines measured for the tried plan's configuration, against `planned`: the KV
+    capacity the plan counted on when its canary started. Not against the memory model's
+    prediction alone: a plan that already rests on a measurement of this configuration (a
+    re-plan from the fleet, PlanDeviation True) promised the measured capacity, and the canary
+    must only show that it holds."""
     if pool.plan is None:
         return None
     running = effective_args(pool.plan.planned_args(), old.overrides, pool.gpu_type).engine
@@ -164,11 +171,22 @@ def _kv(service: VLLMService, pool: PoolOutcome, old: VLLMServiceStatus) -> KvMe
     obs = next((o for o in old.observations if o.key == key), None)
     if obs is None:
         return None
+    if not planned:
+        return KvMeasurement(
+            measured_tokens=obs.kv_cache_tokens,
+            predicted_tokens=obs.predicted_kv_cache_tokens,
+            deviation_percent=obs.deviation_percent,
+        )
     return KvMeasurement(
         measured_tokens=obs.kv_cache_tokens,
-        predicted_tokens=obs.predicted_kv_cache_tokens,
-        deviation_percent=obs.deviation_percent,
+        predicted_tokens=planned,
+        deviation_percent=round((obs.kv_cache_tokens - planned) / planned * 100.0, 1),
     )
+
+
+def _plan_kv(pool: PoolOutcome) -> int | None:
+    memory = pool.plan.memory if pool.plan is not None else None
+    return memory.kv_cache_tokens if memory is not None else None
 
 
 def _old_pool(old: VLLMServiceStatus, gpu_type: str) -> PoolStatus | None:
@@ -245,6 +263,12 @@ def gate(
         if failure is not None and pod is not None and failure.pod.startswith(name)
         else None
     )
+    # What the plan counted on when its canary started (kept while the same plan is watched).
+    planned_kv = (
+        previous.planned_kv_cache_tokens
+        if previous is not None and previous.hash == desired_hash
+        else _plan_kv(pool)
+    )
     metrics = find_condition(old.conditions, ConditionType.METRICS_AVAILABLE)
     rollout = service.spec.rollout
     spec_replicas = desired["spec"].get("replicas")
@@ -266,7 +290,7 @@ def gate(
             ),
             pod=pod,
             failure=diagnosis,
-            kv=_kv(service, pool, old),
+            kv=_kv(service, pool, old, planned_kv),
             metrics_available=metrics is not None and metrics.status == "True",
             now=now,
         )
@@ -300,6 +324,7 @@ def gate(
             pod=pod.name if pod is not None else None,
             message=decision.message,
             in_place=in_place,
+            planned_kv_cache_tokens=planned_kv,
         )
         if verdict is Verdict.START:
             step.events.append(("Normal", Reason.CANARY_STARTED, decision.message))
