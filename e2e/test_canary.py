@@ -207,13 +207,14 @@ def test_a_crashing_canary_group_is_rolled_back_and_the_old_group_serves_through
         assert new_hash != old_hash
         assert kube.get(canary_path)["spec"]["replicas"] == 1
         assert {p["metadata"]["labels"][LWS_NAME] for p in group} == {LWS_CANARY}
-        (leader,) = [p for p in group if p["metadata"]["labels"].get(SERVING) == "true"]
+        (worker,) = [p for p in group if p["metadata"]["labels"].get(SERVING) != "true"]
         obj = kube.get(svc_path)
         assert obj["status"]["pools"][0]["canary"]["phase"] == "Observing"
         assert cond(obj, "Progressing")["reason"] == "CanaryObserving"
 
-        # The group's leader dies (OOMKilled, restarted, CrashLoopBackOff): the group failed.
-        set_container_status(kube, namespace, leader["metadata"]["name"])
+        # The group's worker (a pipeline stage, not the serving leader) dies (OOMKilled,
+        # restarted, CrashLoopBackOff): the group is the unit, so the canary failed.
+        set_container_status(kube, namespace, worker["metadata"]["name"])
 
         def rolled_back() -> dict[str, Any] | None:
             old_group_serves()
@@ -223,6 +224,7 @@ def test_a_crashing_canary_group_is_rolled_back_and_the_old_group_serves_through
         obj = wait_for(rolled_back, timeout=90, what="Degraded=True CanaryFailed")
         degraded = cond(obj, "Degraded")
         assert degraded["status"] == "True" and new_hash in degraded["message"]
+        assert f"the canary pod {worker['metadata']['name']} restarted" in degraded["message"]
         pool = obj["status"]["pools"][0]
         assert pool["canary"]["phase"] == "Failed" and pool["lastGoodPlan"]["hash"] == old_hash
         kube.wait_gone(canary_path, timeout=60)

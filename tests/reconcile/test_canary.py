@@ -426,3 +426,44 @@ def test_a_plan_resting_on_a_measured_capacity_is_judged_against_it() -> None:
     outcome = ctl.reconcile(NS, NAME)
     assert "CanaryPromoted" in outcome.events, status_of(gw, NAME)["conditions"]
     assert "CanaryFailed" not in outcome.events
+
+
+def test_a_canary_group_whose_worker_restarted_is_rolled_back() -> None:
+    """A multi-node canary is one group: its leader Ready is not enough when a worker (a pipeline
+    stage, not serving) restarted. A restarted pod of another plan or one going away does not
+    count."""
+    gw, ctl, clock = started(observe_s=60)
+    ctl.reconcile(NS, NAME)
+    new_hash = plan_hash(gw, CANARY)
+    put_canary_pod(gw, ready_since=NOW + timedelta(seconds=10))
+
+    def worker(name: str, plan: str, deleting: bool = False) -> None:
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": NS,
+            "labels": {**pool_selector_labels(NAME, GPU), LABEL_CANARY: "true"},
+            "annotations": {ANNOTATION_PLAN_HASH: plan},
+        }
+        if deleting:
+            meta["deletionTimestamp"] = NOW.isoformat()
+        gw.add(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": meta,
+                "status": {"containerStatuses": [{"name": "vllm", "restartCount": 2}]},
+            }
+        )
+
+    worker(CANARY + "-0-1-old", "an-older-plan")
+    worker(CANARY + "-0-1-going", new_hash, deleting=True)
+    clock.now = NOW + timedelta(seconds=30)
+    assert "CanaryFailed" not in ctl.reconcile(NS, NAME).events
+
+    worker(CANARY + "-0-1", new_hash)
+    clock.now = NOW + timedelta(seconds=40)
+    outcome = ctl.reconcile(NS, NAME)
+    assert "CanaryFailed" in outcome.events
+    message = condition(status_of(gw, NAME), "Degraded")["message"]
+    assert f"the canary pod {CANARY}-0-1 restarted 2 time(s)" in message
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None

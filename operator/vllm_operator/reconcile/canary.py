@@ -133,10 +133,25 @@ def _startup_budget(desired: Obj) -> int:
     return period * int(probe.get("failureThreshold") or 30) + STARTUP_MARGIN_S
 
 
-def _canary_pod(pods: list[Obj]) -> CanaryPod | None:
-    """The canary's serving pod (a group's leader), newest first."""
+def _restarts(pod: Obj) -> int:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return sum(int(c.get("restartCount") or 0) for c in statuses)
+
+
+def _canary_pod(pods: list[Obj], desired_hash: str | None = None) -> CanaryPod | None:
+    """The canary's serving pod (a group's leader), newest first; its restarts count those of
+    every pod of the canary running the tried plan (a multi-node group's workers too: the group
+    is the unit). Pods going away, or of another plan (a canary whose plan changed while it
+    ran), do not count."""
+    current = [
+        p
+        for p in pods
+        if not (p.get("metadata") or {}).get("deletionTimestamp")
+        and ((p.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PLAN_HASH)
+        in (None, desired_hash)
+    ]
     serving = [
-        p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVING)
+        p for p in current if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVING)
     ]
     if not serving:
         return None
@@ -147,12 +162,18 @@ def _canary_pod(pods: list[Obj]) -> CanaryPod | None:
         {},
     )
     since = ready.get("lastTransitionTime")
-    restarts = sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or [])
+    restarts = _restarts(pod)
+    restarted: str | None = None
+    for other in current:
+        if other is not pod and _restarts(other) > 0:
+            restarts += _restarts(other)
+            restarted = restarted or str(other["metadata"]["name"])
     return CanaryPod(
         name=str(pod["metadata"]["name"]),
         ready=ready.get("status") == "True",
         ready_since=datetime.fromisoformat(str(since).replace("Z", "+00:00")) if since else None,
         restarts=restarts,
+        restarted=restarted if _restarts(pod) == 0 else None,
     )
 
 
@@ -256,7 +277,7 @@ def gate(
     if previous is not None and previous.phase == OBSERVING and previous.hash == desired_hash:
         selector = {**pool_selector_labels(service.name, pool.gpu_type), LABEL_CANARY: "true"}
         pods = gw.list_pods(namespace, selector)
-    pod = _canary_pod(pods)
+    pod = _canary_pod(pods, desired_hash)
     failure = before.failure if before is not None else None
     diagnosis = (
         failure.message
