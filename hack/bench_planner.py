@@ -200,6 +200,8 @@ def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
         enforce_eager=eager,
         vllm_version=version or DEFAULT_VLLM_VERSION,
         optional_kernels=not extra.get("bare_pip"),
+        speculative_method=extra.get("speculative_method"),
+        num_speculative_tokens=int(extra.get("num_speculative_tokens") or 0),
     )
     try:
         est: MemoryEstimate = estimate_memory(arch, gpu, args)
@@ -212,7 +214,7 @@ def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
     # moe_workspace_bytes); the model carries it in its activation term, the ledger moves it.
     moe_ws = moe_workspace_bytes(arch, est.args) / GIB
     base.ledger_pred = {
-        "consumed": est.weights_gib + est.non_torch_gib + moe_ws,
+        "consumed": est.weights_gib + est.draft_weights_gib + est.non_torch_gib + moe_ws,
         "peak": est.activation_peak_gib
         - moe_ws
         + (est.cuda_graph_gib if est.cuda_graph_subtracted else 0.0),

@@ -10,7 +10,10 @@
 # Usage:
 #   hack/tools/build.sh [TOOL...]      build the tools (default: etcd kubernetes kwok)
 #   hack/tools/build.sh --dir TOOL     print the directory that holds TOOL's binaries
-#   TOOL is one of: etcd kubernetes kwok helm lws epp
+#   TOOL is one of: etcd kubernetes kwok helm lws epp extproc-client
+#   (extproc-client is this repository's own program, hack/tools/extproc-client/main.go: a test
+#   client of the Endpoint Picker's ext_proc API; its cache directory is keyed by a hash of its
+#   sources instead of a module version)
 #
 # Set VLLM_OPERATOR_BIN_DIR to a directory holding ready-made binaries (etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kwok, helm, lws-controller) to skip building; the harness and this
@@ -28,6 +31,11 @@ declare -A main_module=(
   [helm]=helm.sh/helm/v3
   [lws]=sigs.k8s.io/lws
   [epp]=sigs.k8s.io/gateway-api-inference-extension
+  [extproc-client]=vllm-operator.dev/hack/tools/extproc-client
+)
+# tools whose source is in this repository (no released version to key the cache by)
+declare -A local_source=(
+  [extproc-client]=1
 )
 declare -A binaries=(
   [etcd]="etcd"
@@ -36,6 +44,7 @@ declare -A binaries=(
   [helm]="helm"
   [lws]="lws-controller"
   [epp]="epp"
+  [extproc-client]="extproc-client"
 )
 # a tool whose main package is not named after its binary: built name -> cached name
 # (the LeaderWorkerSet controller's main package is sigs.k8s.io/lws/cmd)
@@ -48,6 +57,11 @@ log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 tool_version() {
   local tool="$1" mod="${main_module[$1]}"
   local v
+  if [[ -n "${local_source[$tool]:-}" ]]; then
+    v="$(cd "${here}/${tool}" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-12)"
+    printf 'src-%s' "$v"
+    return 0
+  fi
   v="$(awk -v m="$mod" '($1 == m || ($1 == "require" && $2 == m)) { print ($1 == "require" ? $3 : $2); exit }' \
     "${here}/${tool}/go.mod")"
   [[ -n "$v" ]] || { log "Failed to find the version of ${mod} in ${here}/${tool}/go.mod"; exit 1; }

@@ -178,7 +178,10 @@ def test_the_margin_shrinks_the_prefill_chunk_before_it_warns() -> None:
             assert chosen == result.engine_args.max_num_batched_tokens
             assert chosen < without_margin
             assert result.engine_args.tensor_parallel_size == 1
-            assert result.memory.kv_cache_tokens * (1 - WIDEST_MARGIN) / 1024 >= concurrency
+            margin = re.match(r"KV margin (\d+) %", notes[0])
+            assert margin is not None  # the cell's own margin (8 % since its fifth bench row)
+            kept = result.memory.kv_cache_tokens * (1 - int(margin[1]) / 100) / 1024
+            assert kept >= concurrency
     assert found
 
 

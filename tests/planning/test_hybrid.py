@@ -561,3 +561,32 @@ def test_mtp_draft_layer_and_speculative_blocks_reproduce_a_logged_token_count()
     plain_blocks = int(4.99 * GIB // plain.bytes_per_block)
     assert (plain.block_size, plain_blocks) == (1568, 208)
     assert int(plain_blocks / plain.blocks_per_request(131072) * 131072) == 302_921
+
+
+def _l40s_qwen38(version: str, **args: object) -> list[str]:
+    """Bench row 75: Qwen/Qwen3.8-27B-FP8 on one L40S, util 0.90, 131,072 context."""
+    est = estimate_memory(
+        lookup_architecture("Qwen/Qwen3.8-27B-FP8"),
+        gpu_memory(lookup_gpu("NVIDIA-L40S")),
+        EngineArgs(
+            gpu_memory_utilization=0.90,
+            max_model_len=131072,
+            vllm_version=version,
+            **args,
+        ),
+    )
+    return [w for w in est.startup_warnings if "Mamba cache blocks" in w]
+
+
+def test_more_sequences_than_mamba_blocks_is_a_startup_failure_from_0_20() -> None:
+    """vLLM 0.26.0 logged 'max_num_seqs (256) exceeds available Mamba cache blocks (184)' and
+    stopped (bench row 75, vllm#38270). The estimate's layout turns the logged 8.82 GiB into the
+    same 184 blocks (bench KV-bytes table); its own 9.04 GiB gives 188, and it says 256 do not
+    fit. 16 sequences (row 76, which started), eager mode (no FULL decode graphs) and releases
+    before the check pass."""
+    (warning,) = _l40s_qwen38("0.26.0")
+    assert "max_num_seqs 256 exceeds the 188 Mamba cache blocks" in warning
+    assert "at most 188" in warning
+    assert _l40s_qwen38("0.26.0", max_num_seqs=16) == []
+    assert _l40s_qwen38("0.26.0", enforce_eager=True) == []
+    assert _l40s_qwen38("0.19.0") == []

@@ -327,6 +327,40 @@ def test_with_a_free_gpu_the_canary_surges_and_keeps_surging_once_it_holds_it() 
     assert gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["spec"]["replicas"] == 2
 
 
+def budget(gw: FakeGateway, allowed: int) -> None:
+    """The service PDB as the disruption controller reports it."""
+    pdb = copy.deepcopy(gw.get(Kind.PDB, NS, NAME))
+    assert pdb is not None
+    pdb["status"] = {"disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1}
+    gw.add(pdb)
+
+
+def test_an_in_place_canary_waits_while_the_pdb_allows_no_disruption() -> None:
+    gw, ctl, _ = started(replicas=2)
+    surging(gw)
+    bound_gpu_pod(gw)  # no free L4: the canary would take one pod's place
+    budget(gw, 0)  # ...but a pod of the service is already down
+    old = plan_hash(gw)
+    ctl.reconcile(NS, NAME)
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+    assert gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["spec"]["replicas"] == 2
+    assert plan_hash(gw) == old  # held on the plan that runs, not rolled out blind
+    budget(gw, 1)
+    ctl.reconcile(NS, NAME)
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is not None
+    assert gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["spec"]["replicas"] == 1
+    assert plan_hash(gw) == old
+
+
+def test_a_surging_canary_does_not_wait_for_the_pdb() -> None:
+    gw, ctl, _ = started(replicas=2)
+    surging(gw)
+    budget(gw, 0)
+    ctl.reconcile(NS, NAME)
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is not None
+    assert gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["spec"]["replicas"] == 2
+
+
 def _unset(default: bool, rollout: dict[str, Any] | None = None) -> tuple[FakeGateway, Controller]:
     """A ready pool whose spec leaves canaries to the cluster default, then changes its plan."""
     gw = cluster()

@@ -148,6 +148,20 @@ def test_picker_reads_the_kv_usage_series_the_pinned_release_exports(
     assert "--pool-name=chat" in args and "--pool-namespace=team-a" in args
 
 
+def test_picker_gets_its_scorers_as_config_text() -> None:
+    """v1.1.0 has no built-in scheduling configuration: without one the picker exits at start
+    (found by e2e/test_routing_picker.py). The rendered one is the release chart's default."""
+    args = picker_args(_service({"mode": "inferencePool"}))
+    (text,) = [a.split("=", 1)[1] for a in args if a.startswith("--config-text=")]
+    config = yaml.safe_load(text)  # the picker's loader reads YAML; JSON is YAML
+    assert config["kind"] == "EndpointPickerConfig"
+    scorers = ["queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer"]
+    assert [p["type"] for p in config["plugins"]] == scorers
+    (profile,) = config["schedulingProfiles"]
+    assert [p["pluginRef"] for p in profile["plugins"]] == scorers
+    assert "--tracing=false" in args
+
+
 def test_picker_is_pinned_and_least_privileged() -> None:
     objs = render_routing(_service({"mode": "inferencePool"}))
     kinds = [o["kind"] for o in objs]

@@ -90,6 +90,10 @@ CUDA_GRAPH_EST_TP_GIB = -0.11
 # slack) OOMs in graph capture and boots at 0.97 (0.67 GiB; vllm#57475, vLLM 0.29); gpt-oss-120b
 # TP8 on 31.38 GiB cards at 0.95 (1.57 GiB slack) ends 1.37 GiB over its budget and fails
 # (vllm#51590 comment, vLLM 0.28). Warned, not refused: the slope per TP peer rests on one log.
+# The release from which vLLM refuses a hybrid model whose max_num_seqs exceeds its Mamba cache
+# blocks (vllm#38270, merged 2026-03-26; on main still in vllm#49064, 2026-07-22). vLLM 0.19.0 failed
+# the same start differently (vllm-project/recipes#551), the 0.26.0 log of bench row 75 raises it.
+MAMBA_BLOCK_CHECK_SINCE = "0.20.0"
 POST_KV_SLACK_GIB = 0.50
 POST_KV_SLACK_PER_TP_PEER_GIB = 0.17
 # Part of the estimate that does not shrink with the capture size: a capture of size 1 still
@@ -1327,6 +1331,23 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
                 "capture against the full KV pool, sampler warm-up, all-reduce buffers) and may "
                 "not fit: startup may fail with CUDA out of memory"
             )
+    if (
+        arch.is_hybrid
+        and not resolved.enforce_eager
+        and resolved.max_num_seqs is not None
+        and kv > 0
+        and resolved.max_num_seqs > blocks
+        and VllmVersion.parse(resolved.vllm_version).at_least(MAMBA_BLOCK_CHECK_SINCE)
+    ):
+        # vLLM raises in config/compilation.py (vllm#38270): every decode sequence holds one Mamba
+        # state block, so FULL decode CUDA graphs cannot be captured for more sequences than the
+        # pool has blocks. Bench row 75: 'max_num_seqs (256) exceeds available Mamba cache
+        # blocks (184)'; this layout turns that log's 8.82 GiB into the same 184 blocks.
+        startup.append(
+            f"max_num_seqs {resolved.max_num_seqs} exceeds the {blocks} Mamba cache blocks of this "
+            "hybrid model (one state block per decoding sequence): vLLM refuses to capture CUDA "
+            f"graphs and fails to start; lower max_num_seqs to at most {blocks}"
+        )
     reasons += startup
     if arch.sliding_window_layers and sem.engine is Engine.V1:
         reasons.append(

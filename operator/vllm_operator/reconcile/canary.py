@@ -21,6 +21,7 @@ the pool's failure diagnosis and the engines' KV measurements from status) and c
 """
 
 import copy
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -53,6 +54,7 @@ from vllm_operator.rendering.names import (
 )
 
 Obj = dict[str, Any]
+log = logging.getLogger(__name__)
 
 LABEL_CANARY = f"{ANNOTATION_PREFIX}/canary"
 CANARY_SUFFIX = "-canary"
@@ -247,6 +249,24 @@ def surge_room(
     )
 
 
+def may_disrupt_one(gw: KubeGateway, service: VLLMService) -> bool:
+    """Whether the service's PodDisruptionBudget allows one more pod down now.
+
+    An in-place canary removes one running pod of the pool (the held workload runs one replica
+    fewer); like a drain it must stay within the budget the eviction API enforces, so while a pod
+    of the service is already down (disruptionsAllowed 0) it waits. A budget the disruption
+    controller has not reported yet (no status) or that is missing does not block: the pool's own
+    readiness then decides, as for a first rollout.
+    """
+    pdb = gw.get(Kind.PDB, service.namespace, service.name)
+    if pdb is None:
+        return True
+    status = pdb.get("status") or {}
+    if "disruptionsAllowed" not in status:
+        return True
+    return int(status["disruptionsAllowed"]) >= 1
+
+
 def gate(
     gw: KubeGateway,
     service: VLLMService,
@@ -321,10 +341,6 @@ def gate(
     step.requeue_after = decision.requeue_after
     existing = gw.get(kind, namespace, name)
     if verdict in (Verdict.START, Verdict.OBSERVE):
-        canary = render_canary(desired)
-        if needs_apply(canary, existing):
-            gw.apply(canary)
-            step.applied.append(f"{kind}/{name}")
         # No spare GPUs (no surge, or none free for one): the canary takes one pod's place.
         if verdict is Verdict.START or previous is None:
             in_place = rollout.max_surge == 0 or (room is not None and room < 1)
@@ -332,6 +348,22 @@ def gate(
             in_place = previous.in_place or rollout.max_surge == 0
         less = 1 if in_place and spec_replicas is not None else 0
         assert live is not None  # a canary only replaces a running plan
+        if less and existing is None and not may_disrupt_one(gw, service):
+            # Taking a pod's place is a voluntary disruption: only within the service's PDB.
+            pool.deployment = hold(desired, live)
+            step.requeue_after = decision.requeue_after
+            log.info(
+                "Deferred canary: service=%s/%s pool=%s reason=%s",
+                namespace,
+                service.name,
+                pool.gpu_type,
+                "PodDisruptionBudget allows no disruption now",
+            )
+            return step
+        canary = render_canary(desired)
+        if needs_apply(canary, existing):
+            gw.apply(canary)
+            step.applied.append(f"{kind}/{name}")
         pool.deployment = hold(desired, live, less)
         container = _main_container(desired)
         started = now if verdict is Verdict.START or previous is None else previous.started_at

@@ -19,6 +19,7 @@ Pure: the service in, the objects out. What each object is for:
 """
 
 import hashlib
+import json
 from typing import Any
 
 from vllm_operator.api.routing import EPP_DEFAULT_PORT, RoutingMode
@@ -49,6 +50,31 @@ LORA_INFO_METRIC = "vllm:lora_requests_info"
 PICKER_COMPONENT = "endpoint-picker"
 OBJECTIVES_GROUP = "inference.networking.x-k8s.io"
 """The InferenceObjective's API group (v1alpha2), which the v1.1.0 picker watches at start."""
+EPP_CONFIG = {
+    "apiVersion": "inference.networking.x-k8s.io/v1alpha1",
+    "kind": "EndpointPickerConfig",
+    "plugins": [
+        {"type": "queue-scorer"},
+        {"type": "kv-cache-utilization-scorer"},
+        {"type": "prefix-cache-scorer"},
+    ],
+    "schedulingProfiles": [
+        {
+            "name": "default",
+            "plugins": [
+                {"pluginRef": "queue-scorer"},
+                {"pluginRef": "kv-cache-utilization-scorer"},
+                {"pluginRef": "prefix-cache-scorer"},
+            ],
+        }
+    ],
+}
+"""The picker's scheduling configuration: the release chart's `default-plugins.yaml`
+(config/charts/inferencepool/templates/epp-config.yaml at EPP_VERSION): queue depth, KV-cache
+usage and prefix-cache affinity, weight 1 each, the max-score picker the loader adds. The v1.1.0
+binary has no built-in default: without `--config-file`/`--config-text` it exits at start with
+"scheduler config must be set either by config api or through code" (cmd/epp/runner/runner.go),
+found by e2e/test_routing_picker.py."""
 
 
 def inference_pool_name(service: VLLMService) -> str:
@@ -131,7 +157,8 @@ def picker_args(service: VLLMService) -> list[str]:
 
     The flags are those of cmd/epp/runner/runner.go at EPP_VERSION (v1.1.0 has the queue, KV-usage
     and LoRA metric flags, not a running-requests one; its KV default is the pre-0.9.2
-    `vllm:gpu_cache_usage_perc`, pkg/epp/server/runserver.go)."""
+    `vllm:gpu_cache_usage_perc`, pkg/epp/server/runserver.go). The scorers come as
+    `--config-text` (EPP_CONFIG), a JSON document the picker's YAML loader reads."""
     names = metric_names(service.spec.vllm.version)
     args = [
         f"--pool-name={inference_pool_name(service)}",
@@ -143,6 +170,10 @@ def picker_args(service: VLLMService) -> list[str]:
         # SubjectAccessReview calls authentication needs are cluster-scoped grants the
         # operator would have to hold and hand out.
         "--metrics-endpoint-auth=false",
+        # The chart's default: without it (and without OTEL_* variables) v1.1.0 prints every
+        # request's trace spans to stdout (pkg/common/telemetry.go, console exporter).
+        "--tracing=false",
+        f"--config-text={json.dumps(EPP_CONFIG, separators=(',', ':'))}",
     ]
     if names.waiting is not None:
         args.append(f"--total-queued-requests-metric={names.waiting}")
