@@ -33,9 +33,18 @@ class OperatorProcess:
     """One operator process; use as a context manager or call start()/stop()."""
 
     def __init__(
-        self, kubeconfig: Path, log_file: Path, namespaces: list[str] | None = None
+        self,
+        kubeconfig: Path,
+        log_file: Path,
+        namespaces: list[str] | None = None,
+        canary_default: bool = False,
     ) -> None:
+        """`canary_default`: the operator's cluster default for specs that leave
+        spec.rollout.canary.enabled out. Off here (`--no-canary`), on in a real install: the
+        tests that edit specs assert the roll of the new plan itself; the canary tests turn
+        canaries on, by the spec or by this default."""
         self.kubeconfig = kubeconfig
+        self.canary_default = canary_default
         self.log_file = log_file
         self.namespaces = namespaces or []
         self.metrics_port = _free_port()
@@ -57,6 +66,7 @@ class OperatorProcess:
         ]
         for ns in self.namespaces:
             args += ["--namespace", ns]
+        args.append("--canary" if self.canary_default else "--no-canary")
         args += self.start_args
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
         log = self.log_file.open("ab")

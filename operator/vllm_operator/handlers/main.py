@@ -136,6 +136,7 @@ def run_operator(
     workers: int = 8,
     webhook: WebhookOptions | None = None,
     gpu_allocation: str = "devicePlugin",
+    canary: bool = True,
 ) -> None:
     """Block running the operator until it is stopped."""
     if tune_malloc():
@@ -175,6 +176,7 @@ def run_operator(
             settle_seconds=settle_seconds,
             workers=workers,
             gpu_allocation=GpuAllocation(gpu_allocation),
+            canary_default=canary,
         ),
         connection=connection_info(api_client),
         in_cluster=in_cluster(),

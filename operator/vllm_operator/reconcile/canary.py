@@ -43,6 +43,7 @@ from vllm_operator.remediation.canary import (
     CanaryState,
     KvMeasurement,
     Verdict,
+    canary_enabled,
     decide_canary,
 )
 from vllm_operator.remediation.overrides import effective_args
@@ -134,10 +135,25 @@ def _startup_budget(desired: Obj) -> int:
     return period * int(probe.get("failureThreshold") or 30) + STARTUP_MARGIN_S
 
 
-def _canary_pod(pods: list[Obj]) -> CanaryPod | None:
-    """The canary's serving pod (a group's leader), newest first."""
+def _restarts(pod: Obj) -> int:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return sum(int(c.get("restartCount") or 0) for c in statuses)
+
+
+def _canary_pod(pods: list[Obj], desired_hash: str | None = None) -> CanaryPod | None:
+    """The canary's serving pod (a group's leader), newest first; its restarts count those of
+    every pod of the canary running the tried plan (a multi-node group's workers too: the group
+    is the unit). Pods going away, or of another plan (a canary whose plan changed while it
+    ran), do not count."""
+    current = [
+        p
+        for p in pods
+        if not (p.get("metadata") or {}).get("deletionTimestamp")
+        and ((p.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_PLAN_HASH)
+        in (None, desired_hash)
+    ]
     serving = [
-        p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVING)
+        p for p in current if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_SERVING)
     ]
     if not serving:
         return None
@@ -148,16 +164,29 @@ def _canary_pod(pods: list[Obj]) -> CanaryPod | None:
         {},
     )
     since = ready.get("lastTransitionTime")
-    restarts = sum(int(c.get("restartCount") or 0) for c in status.get("containerStatuses") or [])
+    restarts = _restarts(pod)
+    restarted: str | None = None
+    for other in current:
+        if other is not pod and _restarts(other) > 0:
+            restarts += _restarts(other)
+            restarted = restarted or str(other["metadata"]["name"])
     return CanaryPod(
         name=str(pod["metadata"]["name"]),
         ready=ready.get("status") == "True",
         ready_since=datetime.fromisoformat(str(since).replace("Z", "+00:00")) if since else None,
         restarts=restarts,
+        restarted=restarted if _restarts(pod) == 0 else None,
     )
 
 
-def _kv(service: VLLMService, pool: PoolOutcome, old: VLLMServiceStatus) -> KvMeasurement | None:
+def _kv(
+    service: VLLMService, pool: PoolOutcome, old: VLLMServiceStatus, planned: int | None
+) -> KvMeasurement | None:
+    """What the engines measured for the tried plan's configuration, against `planned`: the KV
+    capacity the plan counted on when its canary started. Not against the memory model's
+    prediction alone: a plan that already rests on a measurement of this configuration (a
+    re-plan from the fleet, PlanDeviation True) promised the measured capacity, and the canary
+    must only show that it holds."""
     if pool.plan is None:
         return None
     running = effective_args(pool.plan.planned_args(), old.overrides, pool.gpu_type).engine
@@ -165,11 +194,22 @@ def _kv(service: VLLMService, pool: PoolOutcome, old: VLLMServiceStatus) -> KvMe
     obs = next((o for o in old.observations if o.key == key), None)
     if obs is None:
         return None
+    if not planned:
+        return KvMeasurement(
+            measured_tokens=obs.kv_cache_tokens,
+            predicted_tokens=obs.predicted_kv_cache_tokens,
+            deviation_percent=obs.deviation_percent,
+        )
     return KvMeasurement(
         measured_tokens=obs.kv_cache_tokens,
-        predicted_tokens=obs.predicted_kv_cache_tokens,
-        deviation_percent=obs.deviation_percent,
+        predicted_tokens=planned,
+        deviation_percent=round((obs.kv_cache_tokens - planned) / planned * 100.0, 1),
     )
+
+
+def _plan_kv(pool: PoolOutcome) -> int | None:
+    memory = pool.plan.memory if pool.plan is not None else None
+    return memory.kv_cache_tokens if memory is not None else None
 
 
 def _old_pool(old: VLLMServiceStatus, gpu_type: str) -> PoolStatus | None:
@@ -177,7 +217,12 @@ def _old_pool(old: VLLMServiceStatus, gpu_type: str) -> PoolStatus | None:
 
 
 def surge_room(
-    gw: KubeGateway, service: VLLMService, pool: PoolOutcome, live: Obj | None, nodes: list[Obj]
+    gw: KubeGateway,
+    service: VLLMService,
+    pool: PoolOutcome,
+    live: Obj | None,
+    nodes: list[Obj],
+    canary_default: bool = False,
 ) -> int | None:
     """How many more pods of the pool the free GPUs of its type take now, read only when a canary
     could surge into them (canaries on, maxSurge > 0, a running Deployment pool whose plan
@@ -188,7 +233,7 @@ def surge_room(
     if (
         desired is None
         or live is None
-        or not rollout.canary.enabled
+        or not canary_enabled(rollout.canary.enabled, canary_default)
         or rollout.max_surge == 0
         or desired.get("kind") != "Deployment"
         or pool.claim_template is not None
@@ -230,11 +275,13 @@ def gate(
     old: VLLMServiceStatus,
     now: datetime,
     room: int | None = None,
+    canary_default: bool = False,
 ) -> CanaryStep:
     """Decide the pool's canary and carry it out; `pool.deployment` becomes what to apply.
 
     `room`: more pods of the pool the free GPUs of its type take now (None: unknown, the spec's
-    maxSurge decides alone); 0 makes a starting canary take one pod's place.
+    maxSurge decides alone); 0 makes a starting canary take one pod's place. `canary_default`:
+    the operator's cluster default for specs that leave `rollout.canary.enabled` out.
     """
     step = CanaryStep()
     desired = pool.deployment
@@ -250,19 +297,25 @@ def gate(
     if previous is not None and previous.phase == OBSERVING and previous.hash == desired_hash:
         selector = {**pool_selector_labels(service.name, pool.gpu_type), LABEL_CANARY: "true"}
         pods = gw.list_pods(namespace, selector)
-    pod = _canary_pod(pods)
+    pod = _canary_pod(pods, desired_hash)
     failure = before.failure if before is not None else None
     diagnosis = (
         failure.message
         if failure is not None and pod is not None and failure.pod.startswith(name)
         else None
     )
+    # What the plan counted on when its canary started (kept while the same plan is watched).
+    planned_kv = (
+        previous.planned_kv_cache_tokens
+        if previous is not None and previous.hash == desired_hash
+        else _plan_kv(pool)
+    )
     metrics = find_condition(old.conditions, ConditionType.METRICS_AVAILABLE)
     rollout = service.spec.rollout
     spec_replicas = desired["spec"].get("replicas")
     decision = decide_canary(
         CanaryInputs(
-            enabled=rollout.canary.enabled,
+            enabled=canary_enabled(rollout.canary.enabled, canary_default),
             observation_seconds=rollout.canary.observation_seconds,
             startup_budget_seconds=_startup_budget(desired),
             kv_threshold_percent=PLAN_DEVIATION_THRESHOLD_PERCENT,
@@ -278,7 +331,7 @@ def gate(
             ),
             pod=pod,
             failure=diagnosis,
-            kv=_kv(service, pool, old),
+            kv=_kv(service, pool, old, planned_kv),
             metrics_available=metrics is not None and metrics.status == "True",
             now=now,
         )
@@ -324,6 +377,7 @@ def gate(
             pod=pod.name if pod is not None else None,
             message=decision.message,
             in_place=in_place,
+            planned_kv_cache_tokens=planned_kv,
         )
         if verdict is Verdict.START:
             step.events.append(("Normal", Reason.CANARY_STARTED, decision.message))

@@ -111,6 +111,7 @@ class Controller:
         monotonic: Callable[[], float] = time.monotonic,
         workers: int = DEFAULT_WORKERS,
         gpu_allocation: GpuAllocation = GpuAllocation.DEVICE_PLUGIN,
+        canary_default: bool = False,
     ) -> None:
         # Every write goes through the counting wrapper (vllm_operator_api_writes_total).
         self.gw = CountingGateway(gateway)
@@ -131,6 +132,9 @@ class Controller:
         self.triggers = Triggers(on_nodes_changed=self.node_view.drop)
         # The cluster default for specs without spec.placement.gpuAllocation (chart value).
         self.gpu_allocation = gpu_allocation
+        # The cluster default for specs without spec.rollout.canary.enabled (`run --canary`, on
+        # there; off here so that a bare Controller rolls new plans at once, as unit tests expect).
+        self.canary_default = canary_default
         self.pool_plans = m.PoolPlans()
         # Plan results by their inputs (#21): services sharing a model and GPU plan once.
         self.plans = PlanCache()
@@ -374,8 +378,10 @@ class Controller:
                 # gpuAllocation dra: the claim template first, so the pods can claim from it.
                 outcome.applied.extend(apply_claim_template(self.gw, pool.claim_template, live))
                 # A new plan of a running pool is tried on one canary pod first (#27).
-                room = surge_room(self.gw, service, pool, live, nodes)
-                step = canary_gate(self.gw, service, pool, live, old_status, now, room)
+                room = surge_room(self.gw, service, pool, live, nodes, self.canary_default)
+                step = canary_gate(
+                    self.gw, service, pool, live, old_status, now, room, self.canary_default
+                )
                 outcome.applied.extend(step.applied)
                 outcome.deleted.extend(step.deleted)
                 for type_, reason, message in step.events:

@@ -65,6 +65,11 @@ class CanaryPod(_Frozen):
     ready: bool
     ready_since: datetime | None = None
     restarts: int = Field(default=0, ge=0)
+    restarted: str | None = Field(
+        default=None,
+        description="The pod whose containers restarted when it is not `name`: a multi-node "
+        "canary's worker (the group is the unit: any of its pods failing fails it).",
+    )
 
 
 class KvMeasurement(_Frozen):
@@ -97,6 +102,14 @@ class CanaryDecision(_Frozen):
     requeue_after: float | None = None
 
 
+def canary_enabled(spec_enabled: bool | None, cluster_default: bool) -> bool:
+    """Whether a pool's new plans get a canary: the spec's `rollout.canary.enabled` where it says,
+    else the operator's cluster default (`vllm-operator run --canary/--no-canary`, chart value
+    `canary.enabled`). A cluster turning canaries on covers every service that did not choose;
+    a service that chose keeps its choice either way."""
+    return cluster_default if spec_enabled is None else spec_enabled
+
+
 def decide_canary(i: CanaryInputs) -> CanaryDecision:
     """The canary verdict for one pool (see the module docstring)."""
     if i.live_hash is None or i.live_hash == i.desired_hash:
@@ -117,7 +130,8 @@ def decide_canary(i: CanaryInputs) -> CanaryDecision:
     if i.failure:
         return _rollback(i, f"the canary pod failed: {i.failure}")
     if pod is not None and pod.restarts > 0:
-        return _rollback(i, f"the canary pod {pod.name} restarted {pod.restarts} time(s)")
+        which = pod.restarted or pod.name
+        return _rollback(i, f"the canary pod {which} restarted {pod.restarts} time(s)")
     if pod is None or not pod.ready or pod.ready_since is None:
         if age > i.startup_budget_seconds:
             what = f"pod {pod.name}" if pod is not None else "no canary pod"
