@@ -501,3 +501,27 @@ def test_a_canary_group_whose_worker_restarted_is_rolled_back() -> None:
     message = condition(status_of(gw, NAME), "Degraded")["message"]
     assert f"the canary pod {CANARY}-0-1 restarted 2 time(s)" in message
     assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+
+
+def test_a_pool_with_a_pod_down_lets_the_in_place_canary_take_that_pods_place() -> None:
+    """The PDB allows nothing because a pod of this very pool is not Ready: one replica fewer
+    removes that pod (the ReplicaSet controller deletes not-Ready pods first), not a serving one."""
+    gw, ctl, _ = started(replicas=2)
+    surging(gw)
+    bound_gpu_pod(gw)
+    budget(gw, 0)
+    gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["status"]["readyReplicas"] = 1
+    ctl.reconcile(NS, NAME)
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is not None
+    assert gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["spec"]["replicas"] == 1
+
+
+def test_a_pool_with_no_ready_pod_gets_the_new_plan_without_a_canary() -> None:
+    """A remediation that fixes a crash-looping pool (or an upgrade of a pool that never
+    started): there is nothing serving to protect, so the fix is not delayed by a canary."""
+    gw, ctl, _ = started(replicas=2)
+    old = plan_hash(gw)
+    gw.objects[(Kind.DEPLOYMENT, NS, DEP)]["status"]["readyReplicas"] = 0
+    ctl.reconcile(NS, NAME)
+    assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
+    assert plan_hash(gw) != old

@@ -53,6 +53,8 @@ def kv(deviation: float) -> KvMeasurement:
         {"live_hash": "new"},  # replica-only change, or the plan already runs
         {"enabled": False},
         {"replicas": 0},
+        # nothing of the running plan serves: nothing to protect
+        {"live_ready": 0, "previous": None, "pod": None},
     ],
 )
 def test_no_canary_is_needed(changes: dict[str, Any]) -> None:
@@ -63,6 +65,12 @@ def test_a_new_plan_starts_a_canary() -> None:
     decision = decide_canary(inputs(previous=None, pod=None))
     assert decision.verdict is Verdict.START
     assert decision.requeue_after is not None
+
+
+def test_a_serving_pool_gets_a_canary_and_an_unknown_readiness_too() -> None:
+    for ready in (1, None):
+        fresh = inputs(live_ready=ready, previous=None, pod=None)
+        assert decide_canary(fresh).verdict is Verdict.START
 
 
 def test_a_plan_changed_while_its_canary_ran_starts_over() -> None:

@@ -249,6 +249,23 @@ def surge_room(
     )
 
 
+def _ready(live: Obj | None) -> int | None:
+    """Ready pods (a LeaderWorkerSet: groups) of the running workload, as its status says."""
+    if live is None or "status" not in live:
+        return None
+    return int((live.get("status") or {}).get("readyReplicas") or 0)
+
+
+def _all_ready(live: Obj) -> bool:
+    """Every replica of the running workload is Ready. When one is not, running one replica
+    fewer removes that one (the ReplicaSet controller deletes not-Ready pods first:
+    kubernetes pkg/controller/replicaset getPodsToDelete, ActivePodsWithRanks), so an in-place
+    canary takes its place without taking a serving pod away."""
+    ready = _ready(live)
+    wanted = live["spec"].get("replicas")
+    return ready is None or wanted is None or ready >= int(wanted)
+
+
 def may_disrupt_one(gw: KubeGateway, service: VLLMService) -> bool:
     """Whether the service's PodDisruptionBudget allows one more pod down now.
 
@@ -321,6 +338,7 @@ def gate(
             kv_threshold_percent=PLAN_DEVIATION_THRESHOLD_PERCENT,
             desired_hash=desired_hash,
             live_hash=_hash(live),
+            live_ready=_ready(live),
             replicas=spec_replicas,
             previous=(
                 CanaryState(
@@ -348,7 +366,7 @@ def gate(
             in_place = previous.in_place or rollout.max_surge == 0
         less = 1 if in_place and spec_replicas is not None else 0
         assert live is not None  # a canary only replaces a running plan
-        if less and existing is None and not may_disrupt_one(gw, service):
+        if less and existing is None and _all_ready(live) and not may_disrupt_one(gw, service):
             # Taking a pod's place is a voluntary disruption: only within the service's PDB.
             pool.deployment = hold(desired, live)
             step.requeue_after = decision.requeue_after

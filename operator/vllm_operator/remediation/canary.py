@@ -5,7 +5,8 @@ copy of the pool's workload; a group for a multi-node pool). The decision reads 
 and answers one of:
 
 - APPLY: no canary is needed (the pool is new, only its replica count changed, the plan is back
-  to what runs, or canaries are off) — the workload is applied as rendered;
+  to what runs, canaries are off, or no pod of the running plan is Ready, so there is nothing
+  to protect) — the workload is applied as rendered;
 - START: a new plan appeared: start the canary, keep the pool on the plan it runs;
 - OBSERVE: the canary runs; keep watching (`requeue_after` says when to look again);
 - PROMOTE: the canary stayed Ready for the observation window without a restart and its engine
@@ -88,6 +89,12 @@ class CanaryInputs(_Frozen):
     desired_hash: str
     live_hash: str | None = Field(description="The hash the pool's workload runs; None: new pool.")
     replicas: int | None = Field(description="The pool's desired replicas (None: autoscaled).")
+    live_ready: int | None = Field(
+        default=None,
+        description="Ready pods (groups) of the plan the pool runs; None: unknown. 0: nothing "
+        "serves, so a canary has nothing to protect and would only delay the change (a "
+        "remediation fixing a crash-looping pool, an upgrade of a pool that never started).",
+    )
     previous: CanaryState | None = None
     pod: CanaryPod | None = None
     failure: str | None = Field(default=None, description="The canary pod's crash diagnosis.")
@@ -120,6 +127,8 @@ def decide_canary(i: CanaryInputs) -> CanaryDecision:
     if prev is not None and prev.hash == i.desired_hash and prev.phase == FAILED:
         return CanaryDecision(verdict=Verdict.HOLD)
     if prev is None or prev.hash != i.desired_hash:
+        if i.live_ready == 0:
+            return CanaryDecision(verdict=Verdict.APPLY)
         return CanaryDecision(
             verdict=Verdict.START,
             message=_trying(i),
