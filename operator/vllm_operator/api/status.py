@@ -207,8 +207,8 @@ class PoolPlan(ApiModel):
     inputs: str | None = Field(
         default=None,
         description="Digest of everything the planning of this pool read (spec, architecture, "
-        "the GPU type's facts, measured budget, remediation overrides, observations, operator "
-        "version): it changes exactly when the pool was planned from different inputs.",
+        "the GPU type's facts, measured budget, remediation overrides, observations); it "
+        "changes exactly when the pool was planned from different inputs.",
     )
 
     def planned_args(self) -> PlannedArgs:

@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from vllm_operator import __version__
 from vllm_operator.api.reasons import Reason
 from vllm_operator.api.service import VLLMService
 from vllm_operator.api.spec import GpuAllocation, ScalingMode
@@ -351,14 +350,15 @@ def pool_inputs(
 
     Why exact text and not only a digest: a hit must be the same computation. `_plan_core` is
     handed exactly these values (a service without metadata, a group reduced to `_GroupView`),
-    so what it cannot see cannot change its result; the operator's version stands for the code.
-    The digest of this text is recorded in status (`PoolPlan.inputs`).
+    so what it cannot see cannot change its result. The memo lives in the process, so the code
+    is the same for every entry; the digest of this text is recorded in status
+    (`PoolPlan.inputs`) and leaves the operator's version out, so an upgrade alone does not
+    rewrite every service's status.
     """
     measured = (measured_free_mib or {}).get(group.product)
     view = _GroupView.of(group)
     return json.dumps(
         {
-            "operator": __version__,
             "spec": prepared.service.spec.model_dump(mode="json", by_alias=True),
             "arch": prepared.arch.model_dump(mode="json"),
             "intent": prepared.intent.model_dump(mode="json"),
