@@ -204,6 +204,12 @@ class PoolPlan(ApiModel):
     )
     reasons: list[str] = Field(default_factory=list, description="Why each value was chosen.")
     hash: str | None = Field(default=None, description="Hash of the rendered plan.")
+    inputs: str | None = Field(
+        default=None,
+        description="Digest of everything the planning of this pool read (spec, architecture, "
+        "the GPU type's facts, measured budget, remediation overrides, observations); it "
+        "changes exactly when the pool was planned from different inputs.",
+    )
 
     def planned_args(self) -> PlannedArgs:
         """The typed engine arguments (the one place the wire map is parsed)."""

@@ -9,6 +9,9 @@ The same two functions back the controller and `vllm-operator render`, so what a
 shows is what the operator applies.
 """
 
+import dataclasses
+import hashlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -165,9 +168,14 @@ class PlanCache:
     def __init__(self, maxsize: int = 1024) -> None:
         self.maxsize = maxsize
         self._results: OrderedDict[_PlanKey, PlanResult] = OrderedDict()
+        # What `_plan_group` derives from the plan before rendering, by the JSON of everything it
+        # reads (`pool_inputs`): exact string keys, so a hit is the same computation (#32).
+        self._pools: OrderedDict[str, _PoolCore] = OrderedDict()
         self._guard = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self.pool_hits = 0
+        self.pool_misses = 0
 
     def plan(
         self,
@@ -207,10 +215,28 @@ class PlanCache:
             intent, facts, arch, measured_free_mib=measured_free_mib, other_gpus=other_gpus
         )
 
+    def pool(self, inputs: str) -> "_PoolCore | None":
+        """The pool computation recorded for exactly these inputs, if any."""
+        with self._guard:
+            found = self._pools.get(inputs)
+            if found is not None:
+                self._pools.move_to_end(inputs)
+                self.pool_hits += 1
+            return found
+
+    def keep_pool(self, inputs: str, core: "_PoolCore") -> None:
+        with self._guard:
+            self.pool_misses += 1
+            self._pools[inputs] = core
+            while len(self._pools) > self.maxsize:
+                self._pools.popitem(last=False)
+
     def clear(self) -> None:
         with self._guard:
             self._results.clear()
+            self._pools.clear()
             self.hits = self.misses = 0
+            self.pool_hits = self.pool_misses = 0
 
 
 def _alternatives(result: Infeasible) -> str:
@@ -300,6 +326,90 @@ def plan_pools(
     return sorted(outcomes, key=lambda o: (order.get(o.gpu_type, len(order)), o.gpu_type))
 
 
+@dataclass(frozen=True)
+class _PoolCore:
+    """What `_plan_group` derives before rendering: the same for every service with the same
+    inputs (`pool_inputs`), whatever its name. `outcome` has no name, Deployment or plan hash."""
+
+    outcome: PoolOutcome
+    render: PoolRender | None = None
+    applied_overrides: str = ""
+
+
+def pool_inputs(
+    prepared: PreparedService,
+    group: GpuNodeGroup,
+    facts: GpuFacts,
+    all_facts: tuple[GpuFacts, ...],
+    measured_free_mib: dict[str, float] | None,
+    overrides: Sequence[Override],
+    observations: Sequence[Observation],
+    allocation: GpuAllocation,
+) -> str:
+    """Everything the planning of one pool reads, as canonical JSON (#32).
+
+    Why exact text and not only a digest: a hit must be the same computation. `_plan_core` is
+    handed exactly these values (a service without metadata, a group reduced to `_GroupView`),
+    so what it cannot see cannot change its result. The memo lives in the process, so the code
+    is the same for every entry; the digest of this text is recorded in status
+    (`PoolPlan.inputs`) and leaves the operator's version out, so an upgrade alone does not
+    rewrite every service's status.
+    """
+    measured = (measured_free_mib or {}).get(group.product)
+    view = _GroupView.of(group)
+    return json.dumps(
+        {
+            "spec": prepared.service.spec.model_dump(mode="json", by_alias=True),
+            "arch": prepared.arch.model_dump(mode="json"),
+            "intent": prepared.intent.model_dump(mode="json"),
+            "group": dataclasses.asdict(view),
+            "facts": facts.model_dump(mode="json"),
+            "others": [f.model_dump(mode="json") for f in all_facts if f.label != facts.label],
+            "measured": measured,
+            "overrides": [o.model_dump(mode="json", by_alias=True) for o in overrides],
+            "observations": [
+                o.model_dump(mode="json")
+                for o in planner_observations(prepared.service.spec, group.product, observations)
+            ],
+            "allocation": allocation.value,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def inputs_digest(inputs: str) -> str:
+    """The short digest of `pool_inputs` that status records."""
+    return hashlib.sha256(inputs.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class _GroupView:
+    """The facts of a node group that planning a pool reads (not node names or counts, so a
+    node added to a pool that can already take pods changes nothing)."""
+
+    product: str
+    resource: str
+    planning_gpus_per_node: int
+    schedulable: bool
+    unavailable_nodes: tuple[str, ...]
+    allocatable_memory_mib: int | None
+    mig_profiles: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, group: GpuNodeGroup) -> "_GroupView":
+        schedulable = bool(group.schedulable_nodes)
+        return cls(
+            product=group.product,
+            resource=group.resource,
+            planning_gpus_per_node=group.planning_gpus_per_node,
+            schedulable=schedulable,
+            unavailable_nodes=() if schedulable else tuple(group.unavailable_nodes),
+            allocatable_memory_mib=group.allocatable_memory_mib,
+            mig_profiles=tuple(sorted(group.mig_profiles.items())),
+        )
+
+
 def _plan_group(
     prepared: PreparedService,
     group: GpuNodeGroup,
@@ -311,14 +421,73 @@ def _plan_group(
     observations: Sequence[Observation] = (),
     allocation: GpuAllocation = GpuAllocation.DEVICE_PLUGIN,
 ) -> PoolOutcome:
-    service, spec = prepared.service, prepared.service.spec
+    """Plan one pool (through the plans' memo of identical inputs), then render it for this
+    service. A restart or a reconcile that changes nothing the planning reads computes nothing
+    again but the service's own objects (#32)."""
+    inputs = pool_inputs(
+        prepared, group, facts, all_facts, measured_free_mib, overrides, observations, allocation
+    )
+    core = plans.pool(inputs)
+    if core is None:
+        core = _plan_core(
+            PreparedService(
+                service=prepared.service.model_copy(update={"metadata": {}}),
+                arch=prepared.arch,
+                intent=prepared.intent,
+            ),
+            _GroupView.of(group),
+            facts,
+            all_facts,
+            (measured_free_mib or {}).get(group.product),
+            overrides,
+            plans,
+            observations,
+            allocation,
+        )
+        plans.keep_pool(inputs, core)
+    service = prepared.service
     name = deployment_name(service.name, group.product)
+    if core.render is None or core.outcome.plan is None:
+        return dataclasses.replace(core.outcome, deployment_name=name)
+    deployment = render_workload(service, core.render)
+    status_plan = core.outcome.plan.model_copy(
+        update={
+            "hash": deployment["metadata"]["annotations"][ANNOTATION_PLAN_HASH],
+            "inputs": inputs_digest(inputs),
+        },
+        deep=True,
+    )
+    return dataclasses.replace(
+        core.outcome,
+        plan=status_plan,
+        deployment=deployment,
+        claim_template=render_pool_claim_template(service, core.render),
+        deployment_name=name,
+        applied_message=(
+            f"Applied plan {status_plan.hash} to {deployment['kind']} {name}"
+            f"{core.applied_overrides}: {core.outcome.summary}"
+        ),
+    )
+
+
+def _plan_core(
+    prepared: PreparedService,
+    group: _GroupView,
+    facts: GpuFacts,
+    all_facts: tuple[GpuFacts, ...],
+    measured: float | None,
+    overrides: Sequence[Override],
+    plans: PlanCache,
+    observations: Sequence[Observation] = (),
+    allocation: GpuAllocation = GpuAllocation.DEVICE_PLUGIN,
+) -> _PoolCore:
+    service, spec = prepared.service, prepared.service.spec
     # Tensor parallelism must fit on one node of the pool: its hardware decides, not whether it
     # is cordoned or NotReady right now (that is availability, reported apart).
     cap = min(spec.placement.max_gpus_per_replica, max(1, group.planning_gpus_per_node))
     unavailable = (
         ""
-        if group.schedulable_nodes
+        if group.schedulable
         else f"no schedulable node of {group.product}: " + ", ".join(group.unavailable_nodes)
     )
     # The observations are part of the intent, hence of the plan cache's key.
@@ -328,7 +497,6 @@ def _plan_group(
             "observations": planner_observations(spec, group.product, observations),
         }
     )
-    measured = (measured_free_mib or {}).get(group.product)
     result = plans.plan(
         intent,
         facts,
@@ -337,14 +505,17 @@ def _plan_group(
         tuple(f for f in all_facts if f.label != facts.label),
     )
     if isinstance(result, Infeasible):
-        return PoolOutcome(
-            gpu_type=group.product,
-            product=group.product,
-            feasible=False,
-            reason=Reason.INFEASIBLE,
-            message="; ".join(r.rstrip(".") for r in result.reasons) + "." + _alternatives(result),
-            deployment_name=name,
-            unavailable=unavailable,
+        return _PoolCore(
+            PoolOutcome(
+                gpu_type=group.product,
+                product=group.product,
+                feasible=False,
+                reason=Reason.INFEASIBLE,
+                message="; ".join(r.rstrip(".") for r in result.reasons)
+                + "."
+                + _alternatives(result),
+                unavailable=unavailable,
+            )
         )
     # The user's values for planner-owned flags (allowPlannerOverride) replace the planner's,
     # and the memory figures are recomputed with them (planning.user_overrides).
@@ -379,14 +550,15 @@ def _plan_group(
     # The admission chain's pool steps: never render an engine known not to start.
     refusal = pool_refusal(prepared, group.product, overridden, rendered, result.engine)
     if refusal is not None:
-        return PoolOutcome(
-            gpu_type=group.product,
-            product=group.product,
-            feasible=False,
-            reason=refusal.reason,
-            message=refusal.message,
-            deployment_name=name,
-            unavailable=unavailable,
+        return _PoolCore(
+            PoolOutcome(
+                gpu_type=group.product,
+                product=group.product,
+                feasible=False,
+                reason=refusal.reason,
+                message=refusal.message,
+                unavailable=unavailable,
+            )
         )
     try:
         argv = engine_argv(
@@ -400,14 +572,15 @@ def _plan_group(
             multinode_argv(spec.vllm.version, nodes) if nodes > 1 else ([], [])
         )
     except ArgsRejected as exc:
-        return PoolOutcome(
-            gpu_type=group.product,
-            product=group.product,
-            feasible=False,
-            reason=exc.reason,
-            message=str(exc),
-            deployment_name=name,
-            unavailable=unavailable,
+        return _PoolCore(
+            PoolOutcome(
+                gpu_type=group.product,
+                product=group.product,
+                feasible=False,
+                reason=exc.reason,
+                message=str(exc),
+                unavailable=unavailable,
+            )
         )
     image, command, model_args = container_for(service)
     tp = args.tensor_parallel_size
@@ -427,16 +600,14 @@ def _plan_group(
         host_memory_gib=host_limit,
         shm_gib=host.shm_gib,
         gpu_claim=(
-            pool_claim(group.product, facts, tp, group.mig_profiles)
+            pool_claim(group.product, facts, tp, dict(group.mig_profiles))
             if allocation == GpuAllocation.DRA
             else None
         ),
     )
-    deployment = render_workload(service, render)
     planned_status = result.to_status()
     status_plan = planned_status.model_copy(
         update={
-            "hash": deployment["metadata"]["annotations"][ANNOTATION_PLAN_HASH],
             "host_memory": host.to_status(),
             "user_overrides": list(overridden.overrides),
             "reasons": [*planned_status.reasons, *host.reasons],
@@ -462,7 +633,7 @@ def _plan_group(
         plan_note = "plan no longer holds with spec.vllm.extraArgs: " + "; ".join(
             overridden.problems
         )
-    return PoolOutcome(
+    outcome = PoolOutcome(
         gpu_type=group.product,
         product=group.product,
         feasible=True,
@@ -471,15 +642,9 @@ def _plan_group(
         plan_note=plan_note,
         unavailable=unavailable,
         plan=status_plan,
-        deployment=deployment,
-        claim_template=render_pool_claim_template(service, render),
-        deployment_name=name,
         summary=summary,
-        applied_message=(
-            f"Applied plan {status_plan.hash} to {deployment['kind']} {name}{applied_overrides}: "
-            f"{summary}"
-        ),
     )
+    return _PoolCore(outcome, render, applied_overrides)
 
 
 def user_values(
