@@ -220,6 +220,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
     rows: list[tuple[str, str, str]] = []
     steady_profile_lines: list[str] = []
     profile_lines: list[str] = []
+    restart_profile_lines: list[str] = []
     try:
         kube = cluster.kube
         (crd,) = load_manifests(REPO / "crds" / "serving.vllm-operator.dev_vllmservices.yaml")
@@ -332,11 +333,17 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         op2 = OperatorProcess(cluster.kubeconfig, state / "operator2.log", [NAMESPACE])
         restart_start = time.monotonic()
         op2.start()
+        assert op2.proc is not None
+        # From the new process's start (imports, Kopf, the initial lists) to the last resync.
+        restart_profiler = Profiler(op2.proc.pid, state / "restart.txt") if args.profile else None
         try:
             wait_for(
                 lambda: op2.reconciles() >= n, timeout=600, interval=0.5, what="restart resync"
             )
             restart_seconds = time.monotonic() - restart_start
+            if restart_profiler is not None:
+                restart_profiler.stop()
+                restart_profile_lines = profile_summary(restart_profiler.out)
             time.sleep(2.0)  # let the last reconciles' writes (if any) land in the counters
             restart = Sample.take(op2)
             assert op2.proc is not None
@@ -444,6 +451,10 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             f"### Profile of the {n}-service steady window (py-spy)",
             "",
             *steady_profile_lines,
+            "",
+            f"### Profile of the {n}-service restart resync (py-spy, from the process start)",
+            "",
+            *restart_profile_lines,
             "",
         ]
     return lines, not missed
