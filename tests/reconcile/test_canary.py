@@ -503,6 +503,26 @@ def test_a_canary_group_whose_worker_restarted_is_rolled_back() -> None:
     assert gw.get(Kind.DEPLOYMENT, NS, CANARY) is None
 
 
+def test_the_canary_pods_uid_is_recorded_and_kept_while_no_pod_is_seen() -> None:
+    """status.pools[].canary.podUid: what a group's recreation (new leader, same name) is told
+    by. A gap with no pod (the group being recreated) keeps the last one seen."""
+    gw, ctl, clock = started(observe_s=600)
+    ctl.reconcile(NS, NAME)
+    put_canary_pod(gw, ready_since=None)
+    seen = gw.objects[(Kind.POD, NS, CANARY + "-abc-1")]
+    clock.now = NOW + timedelta(seconds=10)
+    ctl.reconcile(NS, NAME)
+    (pool,) = status_of(gw, NAME)["pools"]
+    assert pool["canary"]["pod"] == CANARY + "-abc-1"
+    assert pool["canary"]["podUid"] == seen["metadata"]["uid"]
+    del gw.objects[(Kind.POD, NS, CANARY + "-abc-1")]
+    clock.now = NOW + timedelta(seconds=20)
+    ctl.reconcile(NS, NAME)
+    (pool,) = status_of(gw, NAME)["pools"]
+    assert pool["canary"]["phase"] == "Observing"
+    assert pool["canary"]["podUid"] == seen["metadata"]["uid"]
+
+
 def test_a_pool_with_a_pod_down_lets_the_in_place_canary_take_that_pods_place() -> None:
     """The PDB allows nothing because a pod of this very pool is not Ready: one replica fewer
     removes that pod (the ReplicaSet controller deletes not-Ready pods first), not a serving one."""

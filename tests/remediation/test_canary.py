@@ -112,6 +112,25 @@ def test_a_restarted_canary_is_rolled_back_even_when_ready_again() -> None:
     assert "restarted 1 time" in decision.message
 
 
+@pytest.mark.parametrize("group", [True, False])
+def test_a_canary_group_recreated_under_the_same_name_is_rolled_back(group: bool) -> None:
+    """LeaderWorkerSet recreates a group whose worker restarted (RecreateGroupOnPodRestart):
+    the new leader, same name, new UID, shows no restart. For a group that is the failure; a
+    Deployment's pod is never replaced under its own name, so there the UID decides nothing."""
+    seen = CanaryState(hash="new", phase=OBSERVING, started_at=T0, pod_uid="uid-1")
+    leader = CanaryPod(name="p-canary-0", uid="uid-2", ready=False)
+    decision = decide_canary(inputs(previous=seen, pod=leader, group=group))
+    if group:
+        assert decision.verdict is Verdict.ROLLBACK
+        assert "group was recreated" in decision.message and "p-canary-0" in decision.message
+    else:
+        assert decision.verdict is Verdict.OBSERVE
+    same = CanaryPod(name="p-canary-0", uid="uid-1", ready=False)
+    assert decide_canary(inputs(previous=seen, pod=same, group=group)).verdict is Verdict.OBSERVE
+    first = CanaryState(hash="new", phase=OBSERVING, started_at=T0)  # no pod seen before
+    assert decide_canary(inputs(previous=first, pod=leader, group=group)).verdict is Verdict.OBSERVE
+
+
 def test_a_crashing_canary_is_rolled_back_with_its_diagnosis() -> None:
     pod = CanaryPod(name="p-canary-1", ready=False)
     decision = decide_canary(

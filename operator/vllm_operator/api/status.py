@@ -345,6 +345,12 @@ class CanaryStatus(ApiModel):
     workload: str = Field(description="The canary's Deployment or LeaderWorkerSet (1 replica).")
     started_at: datetime = Field(description="When the canary was started.")
     pod: str | None = Field(default=None, description="The canary pod (the leader of a group).")
+    pod_uid: str | None = Field(
+        default=None,
+        description="The UID of that pod when the operator last saw it: a group's leader "
+        "replaced under the same name means LeaderWorkerSet recreated the group because one of "
+        "its pods restarted, which the new pods no longer show.",
+    )
     message: str = Field(default="", description="Why it failed, with the numbers; or progress.")
     in_place: bool = Field(
         default=False,

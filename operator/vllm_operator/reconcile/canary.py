@@ -172,6 +172,7 @@ def _canary_pod(pods: list[Obj], desired_hash: str | None = None) -> CanaryPod |
             restarted = restarted or str(other["metadata"]["name"])
     return CanaryPod(
         name=str(pod["metadata"]["name"]),
+        uid=str(pod["metadata"]["uid"]) if pod["metadata"].get("uid") else None,
         ready=ready.get("status") == "True",
         ready_since=datetime.fromisoformat(str(since).replace("Z", "+00:00")) if since else None,
         restarts=restarts,
@@ -342,13 +343,17 @@ def gate(
             replicas=spec_replicas,
             previous=(
                 CanaryState(
-                    hash=previous.hash, phase=previous.phase, started_at=previous.started_at
+                    hash=previous.hash,
+                    phase=previous.phase,
+                    started_at=previous.started_at,
+                    pod_uid=previous.pod_uid,
                 )
                 if previous is not None
                 else None
             ),
             pod=pod,
             failure=diagnosis,
+            group=kind is Kind.LEADER_WORKER_SET,
             kv=_kv(service, pool, old, planned_kv),
             metrics_available=metrics is not None and metrics.status == "True",
             now=now,
@@ -385,6 +390,7 @@ def gate(
         pool.deployment = hold(desired, live, less)
         container = _main_container(desired)
         started = now if verdict is Verdict.START or previous is None else previous.started_at
+        seen = previous if verdict is Verdict.OBSERVE else None
         pool.canary = CanaryStatus(
             hash=desired_hash,
             image=str(container.get("image", "")),
@@ -392,7 +398,9 @@ def gate(
             phase=OBSERVING,
             workload=name,
             started_at=started,
-            pod=pod.name if pod is not None else None,
+            pod=pod.name if pod is not None else seen.pod if seen is not None else None,
+            # Kept while no pod is seen (a group being recreated): the next leader is compared.
+            pod_uid=pod.uid if pod is not None else seen.pod_uid if seen is not None else None,
             message=decision.message,
             in_place=in_place,
             planned_kv_cache_tokens=planned_kv,

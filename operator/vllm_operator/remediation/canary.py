@@ -57,12 +57,18 @@ class CanaryState(_Frozen):
     hash: str
     phase: str
     started_at: datetime
+    pod_uid: str | None = Field(
+        default=None,
+        description="The UID of the canary's serving pod when it was last seen (status.pools[]."
+        "canary.podUid).",
+    )
 
 
 class CanaryPod(_Frozen):
     """The canary's pod (a group's leader) as the API server reports it."""
 
     name: str
+    uid: str | None = None
     ready: bool
     ready_since: datetime | None = None
     restarts: int = Field(default=0, ge=0)
@@ -98,6 +104,12 @@ class CanaryInputs(_Frozen):
     previous: CanaryState | None = None
     pod: CanaryPod | None = None
     failure: str | None = Field(default=None, description="The canary pod's crash diagnosis.")
+    group: bool = Field(
+        default=False,
+        description="The canary is a LeaderWorkerSet group: LeaderWorkerSet recreates the whole "
+        "group when one of its pods restarts (RecreateGroupOnPodRestart), so a leader replaced "
+        "under the same name is a restart the pods themselves no longer show.",
+    )
     kv: KvMeasurement | None = None
     metrics_available: bool = False
     now: datetime
@@ -141,6 +153,13 @@ def decide_canary(i: CanaryInputs) -> CanaryDecision:
     if pod is not None and pod.restarts > 0:
         which = pod.restarted or pod.name
         return _rollback(i, f"the canary pod {which} restarted {pod.restarts} time(s)")
+    if i.group and pod is not None and prev.pod_uid and pod.uid and pod.uid != prev.pod_uid:
+        # The group was recreated between two looks: the restarted pod is gone with its count.
+        return _rollback(
+            i,
+            f"the canary group was recreated (its leader {pod.name} was replaced: "
+            "LeaderWorkerSet recreates a group when one of its pods restarts or is lost)",
+        )
     if pod is None or not pod.ready or pod.ready_since is None:
         if age > i.startup_budget_seconds:
             what = f"pod {pod.name}" if pod is not None else "no canary pod"
