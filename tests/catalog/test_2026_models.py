@@ -63,6 +63,24 @@ def test_checkpoints_carry_their_format_over_the_base_dimensions() -> None:
     assert awq.num_hidden_layers == lookup_architecture("Qwen/Qwen3-32B").num_hidden_layers
 
 
+def test_w4a4_fp4_checkpoints_quantise_every_linear_at_their_block_format() -> None:
+    """llm-compressor's W4A4 MXFP4 is not gpt-oss's experts-only MXFP4: every Linear of the dense
+    model is FP4. The stored bytes of the linears match the checkpoint report of the repo that
+    benchmarked them (github.com/cezarc1/decodebench data/runs/checkpoint_report.json:
+    mx_quantized_bytes 16,577,986,560, nv_quantized_bytes 17,553,164,032)."""
+    linear_params = 64 * (2 * 5120 * 8192 + 2 * 5120 * 1024 + 3 * 5120 * 25600)
+    for model, method, stored in (
+        ("ggamecrazy/Qwen3-32B-MXFP4-W4A4", QuantMethod.MXFP4, 16_577_986_560),
+        ("ggamecrazy/Qwen3-32B-NVFP4-W4A4", QuantMethod.NVFP4, 17_553_164_032),
+    ):
+        quant = lookup_architecture(model).quantization
+        assert quant is not None and quant.method is method, model
+        assert not quant.experts_only, model
+        assert linear_params * quant.bytes_per_param() == pytest.approx(stored, rel=1e-5), model
+    gpt_oss = lookup_architecture("openai/gpt-oss-20b").quantization
+    assert gpt_oss is not None and gpt_oss.experts_only
+
+
 def test_families_are_read_as_their_kind() -> None:
     glm5 = lookup_architecture("zai-org/GLM-5")
     assert glm5.kind == "MLA" and glm5.is_moe

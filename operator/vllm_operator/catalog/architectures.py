@@ -359,6 +359,12 @@ def _quantization_from_config(qc: dict[str, Any] | None) -> Quantization | None:
             layers = qc.get("quantized_layers")
             if isinstance(layers, dict) and layers:
                 dense_bits, shared_bits, head_bits = _mixed_layer_bits(layers)
+    # compressed-tensors mxfp4-pack-quantized (llm-compressor W4A4 MXFP4): every targeted Linear
+    # holds E2M1 values plus one E8M0 scale per 32, not gpt-oss's experts-only MXFP4 (vLLM
+    # compressed_tensors.py picks the W4A4 MXFP4 scheme for dense Linear layers).
+    dense_mxfp4 = method is QuantMethod.COMPRESSED_TENSORS and _is_mxfp4_format(qc)
+    if dense_mxfp4:
+        method, group = QuantMethod.MXFP4, 32
     if method is QuantMethod.COMPRESSED_TENSORS and _is_nvfp4_group(qc):
         method, group = QuantMethod.NVFP4, 16  # nvfp4-pack-quantized: fp8 scale per 16
     if method is QuantMethod.NVFP4:
@@ -372,7 +378,7 @@ def _quantization_from_config(qc: dict[str, Any] | None) -> Quantization | None:
         bits=float(bits or 4),
         group_size=int(group) if group and int(group) > 0 else None,
         zero_point=bool(qc.get("zero_point", False)) if sym is None else not bool(sym),
-        experts_only=targets == "experts" or method is QuantMethod.MXFP4,
+        experts_only=targets == "experts" or (method is QuantMethod.MXFP4 and not dense_mxfp4),
         mlp_only=method is QuantMethod.FBGEMM_FP8,
         unquantized_mlp_layers=2 if method is QuantMethod.FBGEMM_FP8 else 0,
         dense_bits=dense_bits,
@@ -416,6 +422,14 @@ def _compressed_tensors_bits(qc: dict[str, Any], *, lowest: bool = False) -> int
     if not found:
         return 8
     return min(found) if lowest else found[0]
+
+
+def _is_mxfp4_format(qc: dict[str, Any]) -> bool:
+    """compressed-tensors names MXFP4 packing in `format` (top level or per config group)."""
+    formats = [qc.get("format")] + [
+        (group or {}).get("format") for group in (qc.get("config_groups") or {}).values()
+    ]
+    return any("mxfp4" in str(f or "").lower() for f in formats)
 
 
 def _is_nvfp4_group(qc: dict[str, Any]) -> bool:
