@@ -639,6 +639,13 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
     kv_heads = _first(merged, "num_key_value_heads", "num_kv_heads", "multi_query_group_num")
     head_dim = _first(merged, "head_dim") or int(hidden) // int(heads)
     experts = _first(merged, "num_experts", "num_local_experts", "n_routed_experts")
+    # granitemoehybrid.py: a shared_mlp of shared_intermediate_size runs beside the routed
+    # experts, and is the whole MLP when num_local_experts is 0 (Granite-4.0-H-Micro).
+    granite_shared = (
+        merged.get("shared_intermediate_size") if model_type == "granitemoehybrid" else None
+    )
+    if granite_shared and not experts:
+        inter = granite_shared
     kv_lora = merged.get("kv_lora_rank")
     dense_layers = _first(merged, "first_k_dense_replace", "n_dense_layers") or 0
     q_lora = merged.get("q_lora_rank") or None
@@ -672,7 +679,8 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         moe_intermediate_size=_first(merged, "moe_intermediate_size")
         or (int(inter) if experts else None),
         num_shared_experts=int(_first(merged, "n_shared_experts", "num_shared_experts") or 0),
-        shared_expert_intermediate_size=merged.get("shared_expert_intermediate_size"),
+        shared_expert_intermediate_size=merged.get("shared_expert_intermediate_size")
+        or (granite_shared if experts else None),
         first_k_dense_replace=int(dense_layers),
         kv_lora_rank=kv_lora,
         q_lora_rank=q_lora,
