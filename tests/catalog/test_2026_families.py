@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from vllm_operator.catalog.architectures import (
     LinearKind,
+    QuantMethod,
     architecture_from_hf_config,
     lookup_architecture,
     release_problem,
@@ -31,6 +32,9 @@ ANSWERED = [
     ("Qwen/Qwen3.5-27B", "NVIDIA-H100-80GB-HBM3", ["--max-num-seqs", "256"]),
     ("Qwen/Qwen3.5-35B-A3B", "NVIDIA-H200", []),
     ("Qwen/Qwen3.5-397B-A17B", "NVIDIA-H200", ["--tensor-parallel-size", "8"]),
+    ("Qwen/Qwen3.5-27B-FP8", "NVIDIA-L40S", ["--max-num-seqs", "64"]),
+    ("Qwen/Qwen3.5-35B-A3B-FP8", "NVIDIA-H100-80GB-HBM3", []),
+    ("Qwen/Qwen3.5-397B-A17B-FP8", "NVIDIA-H100-80GB-HBM3", ["--tensor-parallel-size", "8"]),
 ]
 HYBRIDS = {
     "nvidia/NVIDIA-Nemotron-Nano-9B-v2",
@@ -41,6 +45,9 @@ HYBRIDS = {
     "Qwen/Qwen3.5-27B",
     "Qwen/Qwen3.5-35B-A3B",
     "Qwen/Qwen3.5-397B-A17B",
+    "Qwen/Qwen3.5-27B-FP8",
+    "Qwen/Qwen3.5-35B-A3B-FP8",
+    "Qwen/Qwen3.5-397B-A17B-FP8",
 }
 
 
@@ -172,12 +179,24 @@ def test_qwen35_family_reads_its_hybrid_and_moe_geometry() -> None:
     params = weights_bytes(big, tp=1, pp=1, stage=0, dtype="bfloat16", quant=None) / 2
     assert 396e9 < params < 398e9  # the published 397 B, vision tower included
     dense = lookup_architecture("Qwen/Qwen3.5-27B")
-    assert dense.max_position_embeddings == 262144
-    assert dense.model_dump(exclude={"name", "source", "max_position_embeddings"}) == (
-        lookup_architecture("Qwen/Qwen3.6-27B").model_dump(
-            exclude={"name", "source", "max_position_embeddings"}
-        )
+    assert (dense.max_position_embeddings, dense.num_mtp_layers) == (262144, 1)
+    text = {
+        "num_hidden_layers",
+        "hidden_size",
+        "intermediate_size",
+        "num_key_value_heads",
+        "head_dim",
+        "linear_layers",
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "vocab_size",
+    }
+    assert dense.model_dump(include=text) == (
+        lookup_architecture("Qwen/Qwen3.6-27B").model_dump(include=text)
     )
+    for model in ("Qwen/Qwen3.5-27B-FP8", "Qwen/Qwen3.5-35B-A3B-FP8", "Qwen/Qwen3.5-397B-A17B-FP8"):
+        quant = lookup_architecture(model).quantization
+        assert quant is not None and quant.method is QuantMethod.FP8, model
 
 
 def test_magistral_small_is_the_mistral_small_decoder_with_vision_only_from_2509() -> None:
