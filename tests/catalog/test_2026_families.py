@@ -199,6 +199,24 @@ def test_qwen35_family_reads_its_hybrid_and_moe_geometry() -> None:
         assert quant is not None and quant.method is QuantMethod.FP8, model
 
 
+@pytest.mark.parametrize(
+    ("base", "instruct"),
+    [
+        ("Qwen/Qwen3.5-35B-A3B-Base", "Qwen/Qwen3.5-35B-A3B"),
+        ("Qwen/Qwen3.5-4B-Base", "Qwen/Qwen3.5-4B"),
+        ("nvidia/NVIDIA-Nemotron-Nano-9B-v2-Base", "nvidia/NVIDIA-Nemotron-Nano-9B-v2"),
+    ],
+)
+def test_a_sourced_base_checkpoint_plans_as_its_post_trained_sibling(
+    base: str, instruct: str
+) -> None:
+    """Qwen and NVIDIA name the pretrained checkpoint `-Base` and the post-trained one bare; the
+    `-Base` entries state (with their source) that the config is the sibling's."""
+    a, b = lookup_architecture(base), lookup_architecture(instruct)
+    assert a.model_dump(exclude={"name", "source"}) == b.model_dump(exclude={"name", "source"})
+    assert a.source != b.source and "huggingface.co/" + base in a.source
+
+
 def test_magistral_small_is_the_mistral_small_decoder_with_vision_only_from_2509() -> None:
     text = lookup_architecture("mistralai/Magistral-Small-2507")
     assert text.registry_names == ("MistralForCausalLM",) and text.vision_params == 0
