@@ -19,7 +19,8 @@ Rules that keep the memory view correct:
   runs no handler except index handlers before every indexed resource's initial list was indexed
   (its "operator indexed" gate), so the first resource handler that runs opens the gate
   (handlers/registrations.py `_enqueue`, explicitly; no getter has that side effect). The queue's
-  workers wait on `synced_event` before taking any key (#32).
+  workers wait on `synced_event` before taking any key (#32); with a namespace-restricted watch
+  and kube/inventory.py's watch of the other namespaces' GPU pods, also for its first list.
 - A write that conflicted drops the object: the next read goes to the API server (a conflict
   means our view was wrong).
 - Every entry expires `ttl` seconds after it was last confirmed by an event or a write. Kopf
