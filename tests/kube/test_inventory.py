@@ -1,6 +1,7 @@
 """The watch of the GPU pods outside the watched namespaces (kube/inventory.py, #32): list, watch
 from the list's version, bookmarks, 410 Gone, a denial, and the field selector it asks for."""
 
+import json
 from collections.abc import Iterator
 
 from vllm_operator.kube.cache import OUTSIDE_DENIED, OUTSIDE_LISTED, WatchCache
@@ -166,3 +167,37 @@ def test_a_failed_watch_waits_and_resumes_from_its_version() -> None:
     ]
     assert waits == [2.0]
     assert cache.gpu_requests_by_node() == {"n2": {"nvidia.com/gpu": 1}}
+
+
+class PagedCore:
+    """CoreV1Api.list_pod_for_all_namespaces answering a list in pages, as the API server does."""
+
+    def __init__(self, pods: list[Obj], page: int) -> None:
+        self.pods, self.page = pods, page
+        self.calls: list[dict[str, object]] = []
+
+    def list_pod_for_all_namespaces(self, **kwargs: object) -> object:
+        self.calls.append(kwargs)
+        start = int(str(kwargs.get("_continue") or 0))
+        end = start + self.page
+        meta: Obj = {"resourceVersion": "77"}
+        if end < len(self.pods):
+            meta["continue"] = str(end)
+        body = {"metadata": meta, "items": self.pods[start:end]}
+        return type("Response", (), {"data": json.dumps(body).encode()})()
+
+
+def test_the_api_list_reads_every_page_and_keeps_only_gpu_pods() -> None:
+    from vllm_operator.kube.inventory import ApiBoundPods
+
+    cpu_only = gpu_pod("web", "n1", 0)
+    del cpu_only["spec"]["initContainers"]
+    pods = [gpu_pod(f"p{i}", "n1", 1) for i in range(5)] + [cpu_only]
+    source = ApiBoundPods.__new__(ApiBoundPods)
+    source.core = PagedCore(pods, page=2)  # type: ignore[assignment]
+    items, version = source.list("spec.nodeName!=")
+    assert [p["metadata"]["name"] for p in items] == [f"p{i}" for i in range(5)]
+    assert version == "77"
+    calls = source.core.calls  # type: ignore[attr-defined]
+    assert [c["_continue"] for c in calls] == [None, "2", "4"]
+    assert {c["field_selector"] for c in calls} == {"spec.nodeName!="}

@@ -41,11 +41,15 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from vllm_operator.kube.cache import OUTSIDE_DENIED, WatchCache
 from vllm_operator.kube.gateway import GatewayError, Obj
+from vllm_operator.kube.pods import gpu_claim
 
 log = logging.getLogger(__name__)
 
 BOUND_NOT_ENDED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 """The pods that hold a node's GPUs: bound and not ended (kube/pods.py)."""
+
+LIST_PAGE = 500
+"""Pods per list page (client-go's reflector pages its lists by 500 too)."""
 
 WATCH_SECONDS = 300
 """The server ends each watch after this long (like Kopf's `server_timeout`); it resumes from the
@@ -86,16 +90,29 @@ class ApiBoundPods:
         self.core = client.CoreV1Api(api_client)
 
     def list(self, field_selector: str) -> tuple[list[Obj], str]:
-        try:
-            raw: Any = self.core.list_pod_for_all_namespaces(
-                field_selector=field_selector, _preload_content=False
-            )
-        except ApiException as exc:
-            raise GatewayError(
-                f"list bound pods failed: {exc.status} {exc.reason}", exc.status
-            ) from exc
-        body: Obj = json.loads(raw.data)
-        return list(body.get("items") or []), str(body["metadata"]["resourceVersion"])
+        """In pages of `LIST_PAGE` (one snapshot: every page has the first page's version), so a
+        large cluster's pods are never one response in memory; only GPU pods are kept."""
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            try:
+                raw: Any = self.core.list_pod_for_all_namespaces(
+                    field_selector=field_selector,
+                    limit=LIST_PAGE,
+                    _continue=token,
+                    _preload_content=False,
+                )
+            except ApiException as exc:
+                if exc.status == 410:  # the continue token expired: list again from the start
+                    raise Gone from exc
+                raise GatewayError(
+                    f"list bound pods failed: {exc.status} {exc.reason}", exc.status
+                ) from exc
+            body: Obj = json.loads(raw.data)
+            items += [p for p in body.get("items") or [] if gpu_claim(p) is not None]
+            token = (body.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return items, str(body["metadata"]["resourceVersion"])
 
     def watch(self, field_selector: str, resource_version: str) -> Iterator[tuple[str, Obj]]:
         try:
