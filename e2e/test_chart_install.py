@@ -225,6 +225,10 @@ def test_operator_with_the_chart_token_reconciles_an_example(
             assert dep["metadata"]["ownerReferences"][0]["name"] == name
         assert op.reconciles() >= 1
         log = op.log_file.read_text(errors="replace")
+    if install.namespaced:
+        # The GPU pods of the other namespaces are watched with the chart's podInventory rules
+        # (#32), not listed per placement decision.
+        assert "Listed GPU pods outside the watched namespaces" in log, op.log_tail(80)
     denied = [line for line in log.splitlines() if DENIED.search(line)]
     assert not denied, "calls denied by the chart's RBAC:\n" + "\n".join(denied[:20])
 
@@ -274,6 +278,8 @@ def test_every_rule_is_granted_and_nothing_more(install: Install, cluster: Clust
         assert not can(kube, install, "list", "deployments", "apps", other)
         assert not can(kube, install, "get", "secrets", "", other)
         assert can(kube, install, "list", "namespaces")
+        for verb in ("list", "watch"):  # podInventory: the GPU pods of other namespaces
+            assert can(kube, install, verb, "pods")
     else:
         assert not can(kube, install, "list", "namespaces")
 

@@ -449,3 +449,45 @@ def test_autoscaler_scales_the_preferred_total_through_the_scale_subresource(
         what="scaled in to 2: a spilled replica removed first",
     )
     assert _placement(kube, namespace, name)["spilled"] == 1
+
+
+def test_gpus_held_in_an_unwatched_namespace_spill_at_once_without_listing_pods(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """#32: the operator watches only `namespace`; another namespace's pods fill every H100 GPU.
+    Its watch of the bound GPU pods outside its namespaces (kube/inventory.py) counts them, so
+    the replica is placed on A100 at once (spillAfterSeconds is an hour: no Pending wait can
+    cause it), and no reconcile listed pods through the API (it used to, on every decision)."""
+    nodes = [n["metadata"]["name"] for n in _h100_nodes(kube)]
+    wait_for(
+        lambda: all(_gpus_held(kube, n) == 0 for n in nodes),
+        timeout=120,
+        interval=1,
+        what="H100 nodes free of earlier tests' pods",
+    )
+    other = f"{namespace}-train"
+    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+    try:
+        kube.wait_for_default_service_account(other)
+        for node in nodes:
+            kube.create(_filler(other, node, 8))
+        obj = example("qwen2.5-14b-h100-a100.yaml", namespace)
+        name = obj["metadata"]["name"]
+        obj["spec"]["replicas"] = 1
+        obj["spec"]["placement"].update(
+            {"strategy": "Preferred", "spillAfterSeconds": 3600, "minDwellSeconds": 3600}
+        )
+        kube.apply(obj)
+
+        def spilled() -> dict[str, Any] | None:
+            by_type = {t["gpuType"]: t for t in _placement(kube, namespace, name).get("types", [])}
+            if by_type.get(A100, {}).get("desired") == 1 and by_type[H100]["desired"] == 0:
+                return by_type
+            return None
+
+        by_type = wait_for(spilled, timeout=120, interval=1, what="the replica placed on A100")
+        assert by_type[H100]["reason"] == "NoRoom", by_type
+        reads = {k: v for k, v in operator.metrics().items() if "api_reads_total" in k and v}
+        assert not [k for k in reads if 'kind="list:Pod"' in k], reads
+    finally:
+        kube.delete(f"/api/v1/namespaces/{other}")

@@ -39,6 +39,8 @@ GROUPS: dict[str, str] = {
     "webhookConfiguration": "ClusterRole, only with `webhook.enabled` and without "
     "`webhook.certManager.enabled`; limited to the chart's ValidatingWebhookConfiguration",
     "namespaceWatch": "ClusterRole, only with `watchNamespaces`",
+    "podInventory": "ClusterRole, only with `watchNamespaces` and `podInventory.clusterWide` "
+    "(default true)",
     "probe": "the probe's own ClusterRole (`probe.enabled`)",
     "probePodNames": "the probe's ClusterRole, only with `probe.podNames`",
 }

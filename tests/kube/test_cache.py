@@ -436,18 +436,66 @@ def test_gpu_requests_count_every_bound_pod_that_has_not_ended() -> None:
     }
 
 
-def test_gpu_requests_go_to_the_api_before_the_sync_and_with_a_namespace_restricted_watch() -> None:
+def test_gpu_requests_go_to_the_api_only_before_the_sync() -> None:
     fake = FakeGateway()
     fake.add(gpu_pod("train", "n1", 4))
     counter = ReadCounter(fake)
-    restricted = WatchCache(namespaces=["ns"])
-    restricted.mark_synced()
-    for cache in (WatchCache(), restricted):
-        assert CachedGateway(counter, cache).gpu_requests_by_node() == {"n1": {"nvidia.com/gpu": 4}}
-    assert counter.reads["list:BoundPods"] == 2
+    assert CachedGateway(counter, WatchCache()).gpu_requests_by_node() == {
+        "n1": {"nvidia.com/gpu": 4}
+    }
+    assert counter.reads["list:BoundPods"] == 1
     full = synced((Kind.POD, gpu_pod("train", "n1", 4)))
     assert CachedGateway(counter, full).gpu_requests_by_node() == {"n1": {"nvidia.com/gpu": 4}}
-    assert counter.reads["list:BoundPods"] == 2
+    assert counter.reads["list:BoundPods"] == 1
+
+
+def test_a_namespace_restricted_cache_adds_the_outside_pods_and_lists_nothing() -> None:
+    """#32: a namespace-restricted operator listed every bound pod of the cluster on each
+    placement decision; the GPU pods of the other namespaces now come from one watch
+    (kube/inventory.py) and the watched namespace's from the pod watch."""
+    fake = FakeGateway()
+    fake.add(gpu_pod("train", "n1", 4))
+    fake.add(gpu_pod("ours", "n1", 2, namespace="ns", labels=MANAGED))
+    counter = ReadCounter(fake)
+    cache = WatchCache(namespaces=["ns"])
+    cache.expect_outside_pods()
+    cache.observe(Kind.POD, None, gpu_pod("ours", "n1", 2, namespace="ns", labels=MANAGED))
+    cache.mark_synced()
+    # Kopf's lists are in, the outside watch's is not: the gate stays shut, the cache declines.
+    assert not cache.synced_event.is_set()
+    assert cache.gpu_requests_by_node() is None
+    cpu_only = gpu_pod("cpu-only", "n2", 0)
+    del cpu_only["spec"]["initContainers"]
+    cache.replace_outside_pods([gpu_pod("train", "n1", 4), cpu_only, gpu_pod("job", "n2", 1)])
+    assert cache.synced_event.is_set()
+    gw = CachedGateway(counter, cache)
+    assert gw.gpu_requests_by_node() == {"n1": {"nvidia.com/gpu": 6}, "n2": {"nvidia.com/gpu": 1}}
+    cache.observe_outside_pod("DELETED", gpu_pod("job", "n2", 1))
+    cache.observe_outside_pod("ADDED", gpu_pod("infer", "n2", 3, namespace="other"))
+    cache.observe_outside_pod("MODIFIED", gpu_pod("train", "n1", 4, phase="Succeeded"))
+    assert gw.gpu_requests_by_node() == {"n1": {"nvidia.com/gpu": 2}, "n2": {"nvidia.com/gpu": 3}}
+    # A re-list is the full truth: what it does not return is gone.
+    cache.replace_outside_pods([gpu_pod("train", "n1", 4)])
+    assert gw.gpu_requests_by_node() == {"n1": {"nvidia.com/gpu": 6}}
+    assert counter.reads.total() == 0
+
+
+def test_without_the_outside_watch_only_the_watched_namespaces_count() -> None:
+    """`run --no-cluster-pod-inventory`, or the API server refusing the cluster-wide watch: the
+    watched namespaces' pods only, still without a list, and the gate does not wait."""
+    for denied in (False, True):
+        counter = ReadCounter(FakeGateway())
+        cache = WatchCache(namespaces=["ns"])
+        if denied:
+            cache.expect_outside_pods()
+            cache.replace_outside_pods([gpu_pod("train", "n1", 4)])
+            cache.outside_pods_denied()
+        cache.observe(Kind.POD, None, gpu_pod("ours", "n1", 2, namespace="ns", labels=MANAGED))
+        cache.mark_synced()
+        assert cache.synced_event.is_set()
+        gw = CachedGateway(counter, cache)
+        assert gw.gpu_requests_by_node() == {"n1": {"nvidia.com/gpu": 2}}
+        assert counter.reads.total() == 0
 
 
 def test_resource_slices_are_read_from_the_watch_once_synced() -> None:

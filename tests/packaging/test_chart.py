@@ -205,7 +205,11 @@ def test_cluster_wide_rbac_is_exactly_the_rules_file(helm: Path) -> None:
 def test_namespaced_rbac_uses_roles_per_namespace(helm: Path) -> None:
     objs = template(helm, "watchNamespaces={team-a,team-b}", "webhook.enabled=false")
     data = rules_file()
-    assert _rules(one(objs, "ClusterRole")) == data["clusterScoped"] + data["namespaceWatch"]
+    # Cluster-wide pod list/watch only for the GPU inventory of the other namespaces (#32).
+    assert (
+        _rules(one(objs, "ClusterRole"))
+        == data["clusterScoped"] + data["namespaceWatch"] + data["podInventory"]
+    )
     roles = {o["metadata"]["namespace"]: o for o in objs if o["kind"] == "Role"}
     assert sorted(roles) == ["default", "team-a", "team-b"]
     for ns in ("team-a", "team-b"):
@@ -217,6 +221,17 @@ def test_namespaced_rbac_uses_roles_per_namespace(helm: Path) -> None:
     args = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
     assert "--all-namespaces" not in args
+    assert "--cluster-pod-inventory" in args
+
+
+def test_a_namespaced_install_can_refuse_cluster_wide_pod_reads(helm: Path) -> None:
+    objs = template(
+        helm, "watchNamespaces={team-a}", "podInventory.clusterWide=false", "webhook.enabled=false"
+    )
+    data = rules_file()
+    assert _rules(one(objs, "ClusterRole")) == data["clusterScoped"] + data["namespaceWatch"]
+    args = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-cluster-pod-inventory" in args
 
 
 def test_rules_file_is_least_privilege() -> None:
@@ -228,6 +243,7 @@ def test_rules_file_is_least_privilege() -> None:
         "hubTokens",
         "nodeEvents",
         "namespaceWatch",
+        "podInventory",
         "probe",
         "probePodNames",
         "webhookCertificates",

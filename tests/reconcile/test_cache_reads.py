@@ -173,3 +173,43 @@ def test_a_deployment_deleted_while_the_watches_reconnected_is_recreated() -> No
     assert (Kind.DEPLOYMENT, "default", f"{SERVICE}-l4") in fake.objects  # recreated
     ready = condition(status_of(fake, SERVICE), "Ready")
     assert (ready["status"], ready["message"]) == ("False", "0/1 replicas ready")
+
+
+def test_placement_in_a_namespace_restricted_operator_lists_no_pods() -> None:
+    """#32: with `run --namespace` the watch cache could not answer the GPU inventory (other
+    namespaces' pods hold GPUs too), so every Preferred reconcile and evaluation listed every
+    bound pod of the cluster (~35 lists per 2 idle minutes in the 1000-service bench). The other
+    namespaces' GPU pods now come from one watch (kube/inventory.py): placement reads memory, and
+    still sees the training job that fills the H100 node."""
+    from .test_placement_reconcile import foreign_pod, replicas, settle_pods
+    from .test_placement_reconcile import setup as placement_setup
+
+    fake, _, clock = placement_setup(replicas=3)
+    training = foreign_pod("train-0", "h100-0", 8)  # namespace training, not watched
+    fake.add(training)
+    counter = ReadCounter(fake)
+    cache = WatchCache(namespaces=["default"])
+    cache.expect_outside_pods()
+
+    def kopf_watch() -> None:  # Kopf delivers the watched namespace's objects only
+        for (kind, namespace, _), obj in sorted(fake.objects.items()):
+            if namespace == "default":
+                cache.observe(kind, "MODIFIED", obj)
+        for node in fake.nodes:
+            cache.observe(Kind.NODE, "MODIFIED", node)
+
+    kopf_watch()
+    cache.mark_synced()
+    cache.replace_outside_pods([training])  # the outside watch's first list
+    ctl = Controller(
+        CachedGateway(counter, cache), HubArchitectureResolver(fake, OfflineHub()), clock=clock
+    )
+    for _ in range(4):
+        ctl.reconcile("default", "qwen-14b")
+        settle_pods(fake, clock.now)
+        kopf_watch()
+        clock.now += timedelta(seconds=30)
+        ctl.evaluate("default", "qwen-14b")
+    assert replicas(fake) == {"qwen-14b-a100-40gb": 3, "qwen-14b-h100-80gb": 0}
+    assert counter.reads["list:BoundPods"] == 0
+    assert counter.reads.total() == 0

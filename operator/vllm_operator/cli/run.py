@@ -107,6 +107,14 @@ import click
     help="Whether a running pool's new plan is tried on one canary pod first when a spec leaves "
     "spec.rollout.canary.enabled out (a spec that sets it keeps its choice).",
 )
+@click.option(
+    "--cluster-pod-inventory/--no-cluster-pod-inventory",
+    default=True,
+    show_default=True,
+    help="With --namespace: watch the GPU pods bound in every other namespace too (cluster-wide "
+    "list/watch of pods), so placement and canary surge room count what the scheduler counts; "
+    "off: only the watched namespaces' pods (no cluster-wide pod reads).",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 def run(
     namespaces: tuple[str, ...],
@@ -128,6 +136,7 @@ def run(
     webhook_configuration: str | None,
     gpu_allocation: str,
     canary: bool,
+    cluster_pod_inventory: bool,
     verbose: bool,
 ) -> None:
     """Run the operator: reconcile VLLMServices into per-GPU-type vLLM Deployments."""
@@ -179,4 +188,5 @@ def run(
         webhook=webhook,
         gpu_allocation=gpu_allocation,
         canary=canary,
+        cluster_pod_inventory=cluster_pod_inventory,
     )

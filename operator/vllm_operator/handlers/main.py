@@ -15,6 +15,7 @@ from vllm_operator.handlers import registrations
 from vllm_operator.hub.resolver import HubArchitectureResolver, NoTokenSecrets, SecretReader
 from vllm_operator.kube.cache import CachedGateway, WatchCache
 from vllm_operator.kube.client import ApiGateway, connection_info, in_cluster, load_config
+from vllm_operator.kube.inventory import ApiBoundPods, OutsidePodWatch
 from vllm_operator.kube.webhook_tls import WebhookCertificates
 from vllm_operator.metrics.operator_metrics import REGISTRY
 from vllm_operator.metrics.signals import (
@@ -137,6 +138,7 @@ def run_operator(
     webhook: WebhookOptions | None = None,
     gpu_allocation: str = "devicePlugin",
     canary: bool = True,
+    cluster_pod_inventory: bool = True,
 ) -> None:
     """Block running the operator until it is stopped."""
     if tune_malloc():
@@ -148,6 +150,15 @@ def run_operator(
     # (before the initial sync, on a miss or after a conflict) is counted below the cache.
     cache = WatchCache(namespaces)
     gateway = CachedGateway(CountingGateway(api, count_reads=True, count_writes=False), cache)
+    if namespaces and cluster_pod_inventory:
+        # The GPU pods of the other namespaces, for placement's and the canary's free GPUs
+        # (kube/inventory.py); the workers' gate waits for its first list.
+        OutsidePodWatch(ApiBoundPods(api_client), cache, namespaces).start()
+    elif namespaces:
+        log.info(
+            "Counting GPU requests of the watched namespaces' pods only namespaces=%s",
+            ",".join(namespaces),
+        )
     signals = None
     if prometheus_url:
         if gpu_memory_metric == "probe":

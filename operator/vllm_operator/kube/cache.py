@@ -19,7 +19,8 @@ Rules that keep the memory view correct:
   runs no handler except index handlers before every indexed resource's initial list was indexed
   (its "operator indexed" gate), so the first resource handler that runs opens the gate
   (handlers/registrations.py `_enqueue`, explicitly; no getter has that side effect). The queue's
-  workers wait on `synced_event` before taking any key (#32).
+  workers wait on `synced_event` before taking any key (#32); with a namespace-restricted watch
+  and kube/inventory.py's watch of the other namespaces' GPU pods, also for its first list.
 - A write that conflicted drops the object: the next read goes to the API server (a conflict
   means our view was wrong).
 - Every entry expires `ttl` seconds after it was last confirmed by an event or a write. Kopf
@@ -98,6 +99,11 @@ DEFAULT_TTL_SECONDS = 720.0
 that two re-lists did not confirm is read again from the API server."""
 
 Key = tuple[str, str]  # namespace ("" for nodes), name
+
+OUTSIDE_NONE = "none"
+OUTSIDE_PENDING = "pending"
+OUTSIDE_LISTED = "listed"
+OUTSIDE_DENIED = "denied"
 
 RELIST_QUIET_SECONDS = 5.0
 """A kind's (re-)listing is over when no listed object arrived for this long. Kopf hands the
@@ -215,6 +221,12 @@ class WatchCache:
         # Every watched pod's (node, GPUs) while it is bound and not ended, ours or not
         # (kube/pods.py): the placement inventory without a list of all pods (#29).
         self._gpu_claims: dict[Key, tuple[str, dict[str, int]]] = {}
+        # With a namespace-restricted watch, the claims of GPU pods bound in every other
+        # namespace (kube/inventory.py's cluster-wide watch of bound pods), and where that
+        # watch stands: OUTSIDE_NONE (no such watch: only the watched namespaces' pods count),
+        # OUTSIDE_PENDING (not listed yet), OUTSIDE_LISTED, or OUTSIDE_DENIED (RBAC refused it).
+        self._outside_claims: dict[Key, tuple[str, dict[str, int]]] = {}
+        self._outside = OUTSIDE_NONE
         self._synced = False
         self._synced_event = threading.Event()
         self._listings: dict[Kind, _Listing] = {}
@@ -356,8 +368,63 @@ class WatchCache:
         """Every cached kind's initial list has been stored: misses are now authoritative."""
         if not self._synced:
             self._synced = True
-            self._synced_event.set()
             log.info("Synced watch caches objects=%d", self.size())
+            self._open_gate()
+
+    def _open_gate(self) -> None:
+        """The workers' gate opens once Kopf's lists are in and, where a watch of the pods
+        outside the watched namespaces runs, its first list too (or its denial): a reconcile
+        never meets an inventory that cannot answer."""
+        if self._synced and self._outside != OUTSIDE_PENDING:
+            self._synced_event.set()
+
+    # -- the pods outside the watched namespaces (kube/inventory.py) -----------------------------
+
+    def expect_outside_pods(self) -> None:
+        """A watch of the bound pods outside the watched namespaces will feed this cache: the
+        GPU inventory waits for its first list (and so does the workers' gate)."""
+        with self._guard:
+            self._outside = OUTSIDE_PENDING
+
+    def replace_outside_pods(self, pods: Iterable[Obj]) -> None:
+        """A complete list of the bound pods outside the watched namespaces: it replaces every
+        claim held for them (a pod deleted while no watch was open is gone)."""
+        claims = {}
+        for pod in pods:
+            claim = gpu_claim(pod)
+            if claim is not None:
+                claims[_key(pod)] = claim
+        with self._guard:
+            self._outside_claims = claims
+            first = self._outside == OUTSIDE_PENDING
+            self._outside = OUTSIDE_LISTED
+        if first:
+            log.info("Listed GPU pods outside the watched namespaces pods=%d", len(claims))
+        self._open_gate()
+
+    def observe_outside_pod(self, event_type: str, pod: Obj) -> None:
+        """A watch event of a bound pod outside the watched namespaces (DELETED also when the
+        pod ended or stopped matching the watch's field selector)."""
+        key = _key(pod)
+        claim = None if event_type == "DELETED" else gpu_claim(pod)
+        with self._guard:
+            if claim is None:
+                self._outside_claims.pop(key, None)
+            else:
+                self._outside_claims[key] = claim
+
+    def outside_pods_denied(self) -> None:
+        """The API server refused the cluster-wide pod watch (RBAC): the inventory counts the
+        watched namespaces' pods only, and the gate does not wait for it."""
+        with self._guard:
+            self._outside_claims = {}
+            self._outside = OUTSIDE_DENIED
+        self._open_gate()
+
+    @property
+    def outside_pods(self) -> str:
+        """Where the inventory of pods outside the watched namespaces stands (OUTSIDE_*)."""
+        return self._outside
 
     @property
     def synced(self) -> bool:
@@ -443,10 +510,13 @@ class WatchCache:
         return [entry.decode() for _, entry in sorted(selected, key=lambda ke: ke[0])]
 
     def gpu_requests_by_node(self) -> dict[str, dict[str, int]] | None:
-        """GPUs requested per node by every watched pod that holds them; None when the cache
-        cannot answer (not synced, or a namespace-restricted watch that misses other pods). A
-        claim not confirmed within the TTL is left out, like an expired entry."""
-        if not self._synced or self.namespaces:
+        """GPUs requested per node by every pod that holds them; None when the cache cannot
+        answer (not synced, or the watch of the pods outside the watched namespaces has not
+        listed yet). The watched namespaces' pods come from the pod watch, the others' from
+        kube/inventory.py's cluster-wide watch of bound pods; a namespace-restricted operator
+        without that watch (OUTSIDE_NONE, OUTSIDE_DENIED) counts its own namespaces' pods only.
+        A claim not confirmed within the TTL is left out, like an expired entry."""
+        if not self._synced or self._outside == OUTSIDE_PENDING:
             return None
         now = self._clock()
         with self._guard:
@@ -455,6 +525,7 @@ class WatchCache:
                 for key, claim in self._gpu_claims.items()
                 if not self._expired(Kind.POD, key, now)
             ]
+            claims += self._outside_claims.values()
         return add_claims(claims, {})
 
     def all_of(self, kind: Kind, having: Sequence[str] = ()) -> list[Obj] | None:

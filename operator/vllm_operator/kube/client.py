@@ -298,8 +298,9 @@ class ApiGateway:
 
     def gpu_requests_by_node(self) -> dict[str, dict[str, int]]:
         # Field-selective, label-independent: only pods bound to a node and not ended (what
-        # holds GPUs). Reached only without the watch cache (before its first sync, or with a
-        # namespace-restricted watch); the operator's ClusterRole already lists pods.
+        # holds GPUs). Reached only before the watch caches synced (the workers wait for that;
+        # a namespace-restricted operator keeps the other namespaces' GPU pods from
+        # kube/inventory.py's watch, or counts its own only).
         try:
             raw = self.core.list_pod_for_all_namespaces(
                 field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
