@@ -170,7 +170,11 @@ def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
     base.kind = arch.kind + (" +vision" if arch.is_multimodal else "")
     base.family = ("MoE " if arch.is_moe and "MoE" not in arch.kind else "") + base.kind
     if "gpu_memory_mib" in extra:
-        facts = lookup_gpu_by_memory(int(extra["gpu_memory_mib"]))
+        cc = extra.get("compute_capability")  # a card the catalog lacks, named by its log
+        facts = lookup_gpu_by_memory(
+            int(extra["gpu_memory_mib"]),
+            compute_capability=(int(cc[0]), int(cc[1])) if cc else None,
+        )
     else:
         label = extra.get("gpu") or _gpu_label(row["gpu_name"])
         if label is None:
