@@ -145,6 +145,10 @@ conformance-setup: $(STAMP) ## Fetch the default vLLM release's sources + parser
 bench-webhook: $(STAMP) ## Benchmark the admission webhook: p50/p99 of 500 dry-run admissions with 200 VLLMServices present; writes docs/admission.md
 	$(PY) hack/bench_webhook.py --services $${N:-200} --admissions $${M:-500}
 
+.PHONY: bench-crd
+bench-crd: $(STAMP) ## Benchmark CR creation: N (1000) VLLMServices created with no operator under the CRD as shipped, without its CEL rules and without a schema; writes its section of docs/controller-benchmark.md
+	$(PY) hack/bench_crd.py --services $${N:-1000}
+
 .PHONY: bench-controller
 bench-controller: $(STAMP) ## Benchmark the controller: N (200) VLLMServices on the local control plane (convergence, STEADY=120 s steady window, an edit, a restart; PROFILE=1: py-spy); writes its section of docs/controller-benchmark.md
 	$(PY) hack/bench_controller.py --services $${N:-200} --steady-seconds $${STEADY:-120} $${PROFILE:+--profile}
