@@ -56,6 +56,17 @@ SAMPLER_LOGIT_COPIES = 3.85
 # with 1024 sequences (vllm#23278, vllm#27508: 7.4 GiB above the weights at 8192 and at 1024
 # batched tokens alike, i.e. the sampler, not the forward pass), on the low-KV side.
 SAMPLER_LOGIT_COPIES_NATIVE = 8.8
+# With speculative decoding the profile's sampler warm-up also runs the rejection sampler
+# (0.33.0 v1/worker/gpu_model_runner.py `_dummy_sampler_run`: one dummy draft token per request,
+# so fresh logits of 2 x num_reqs rows, then `RejectionSampler.forward` samples the num_reqs bonus
+# rows with the ordinary sampler and casts the num_reqs target rows to fp32 for the sampling
+# constraints and probabilities), whatever the number of speculative tokens. Its peak, in fp32
+# copies of the num_reqs x vocab logits, is fitted on three starts of Qwen3.8-27B on one H200 at
+# vLLM 0.24 with MTP and 1, 2 and 4 speculative tokens (bench rows 97-99: 67.45 / 67.81 / 67.82 GiB
+# of KV cache against 72.30 without MTP, row 96, of which the MTP layer's weights are 0.79 GiB):
+# 8.0 copies leave rows 97-99 at +0.1 / -0.5 / -0.5 %. Counted from 0.20, the era of those logs.
+SAMPLER_LOGIT_COPIES_SPEC = 8.0
+SAMPLER_SPEC_FROM = "0.20.0"
 # Forward transient of one layer per token: gate_up (2*i) + act (i) + 3 residual-width buffers.
 # Reproduces Llama-3.1-8B at 20000 tokens (2.06 vs 2.07 GiB, v0.6.4) and CodeLlama-7B at 8192.
 ACTIVATION_CONST_GIB = 0.06
@@ -944,6 +955,12 @@ def encoder_profile_bytes(arch: Architecture, args: ResolvedArgs) -> tuple[float
     return pixels + block, outputs
 
 
+def rejection_sampler_warmup(args: ResolvedArgs) -> bool:
+    """Whether vLLM's profile warms up the rejection sampler: every speculative method with
+    draft tokens (`_dummy_sampler_run` checks `speculative_config` only)."""
+    return bool(args.speculative_method) and args.num_speculative_tokens > 0
+
+
 def activation_bytes(
     arch: Architecture,
     *,
@@ -967,8 +984,10 @@ def activation_bytes(
     if last_stage:
         native = sem.engine is Engine.V1 and not args.optional_kernels
         copies = SAMPLER_LOGIT_COPIES_NATIVE if native else SAMPLER_LOGIT_COPIES
-        sampler = copies * args.max_num_seqs * arch.vocab_size * 4
         version = VllmVersion.parse(sem.version)
+        if rejection_sampler_warmup(args) and version.at_least(SAMPLER_SPEC_FROM):
+            copies = max(copies, SAMPLER_LOGIT_COPIES_SPEC)
+        sampler = copies * args.max_num_seqs * arch.vocab_size * 4
         lo, hi = LEGACY_V1_FULL_LOGITS
         if sem.engine is Engine.V1 and version.at_least(lo) and not version.at_least(hi):
             sampler += args.max_num_batched_tokens * arch.vocab_size * 4
