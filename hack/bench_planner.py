@@ -26,6 +26,7 @@ from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.fidelity import (
     ERAS,
     KV_MARGINS,
+    MIN_CELL_MODELS,
     MIN_CELL_ROWS,
     WIDEST_MARGIN,
     era_name,
@@ -377,12 +378,23 @@ def cell_errors(results: list[Result]) -> dict[tuple[str, str, str], list[float]
     return out
 
 
+def cell_models(results: list[Result]) -> dict[tuple[str, str, str], set[str]]:
+    """The distinct models behind each cell's KV rows."""
+    out: dict[tuple[str, str, str], set[str]] = {}
+    for r in results:
+        if r.kv_err is not None:
+            out.setdefault((era_of(r.version), r.gpu_family, r.fmt), set()).add(r.model)
+    return out
+
+
 def measured_margins(results: list[Result]) -> dict[tuple[str, str, str], tuple[float, int, float]]:
-    """The margin table planning/fidelity.py must hold: every cell with enough rows."""
+    """The margin table planning/fidelity.py must hold: every cell with enough rows of enough
+    distinct models."""
+    models = cell_models(results)
     return {
         key: (margin_for_errors(errs), len(errs), round(_p90([abs(e) for e in errs]), 1))
         for key, errs in cell_errors(results).items()
-        if len(errs) >= MIN_CELL_ROWS
+        if len(errs) >= MIN_CELL_ROWS and len(models[key]) >= MIN_CELL_MODELS
     }
 
 
@@ -422,7 +434,14 @@ def cell_table(results: list[Result]) -> list[str]:
         if key in KV_MARGINS:  # what the planner applies (fidelity.py), not recomputed here
             margin, note = KV_MARGINS[key][0], "own p90"
         else:
-            margin, note = WIDEST_MARGIN, f"widest (< {MIN_CELL_ROWS} rows)"
+            margin, note = (
+                WIDEST_MARGIN,
+                (
+                    f"widest (< {MIN_CELL_ROWS} rows)"
+                    if len(errs) < MIN_CELL_ROWS
+                    else f"widest (< {MIN_CELL_MODELS} models)"
+                ),
+            )
         over = " **over its margin**" if max(errs) > margin * 100 + 1e-9 else ""
         lines.append(
             f"| {key[0]} | {key[1]} | {key[2]} | {len(errs)} {_stats(errs)} "
@@ -523,7 +542,8 @@ def render(results: list[Result]) -> str:
         era_summary(results, ERAS[0][1]),
         "",
         "By era x GPU family x weight format (the planner's KV margin per cell: the p90 or the "
-        f"worst over-prediction, rounded up, at least 2 %; fewer than {MIN_CELL_ROWS} rows: "
+        f"worst over-prediction, rounded up, at least 2 %; fewer than {MIN_CELL_ROWS} rows or "
+        f"rows of fewer than {MIN_CELL_MODELS} models: "
         f"the widest margin, {WIDEST_MARGIN * 100:.0f} %):",
         "",
         *cell_table(results),

@@ -50,6 +50,28 @@ def test_no_cell_over_predicts_beyond_its_own_margin() -> None:
             assert cell not in KV_MARGINS
 
 
+def test_a_cell_of_one_model_is_not_calibrated_however_many_rows() -> None:
+    """Five runs of one checkpoint measure that checkpoint, not the cell: a cell earns its own
+    margin only from MIN_CELL_MODELS distinct models (the 0.20+ Hopper bf16 rows are all
+    Qwen3.8-27B, so a dense model on Hopper at 0.20+ keeps the widest margin)."""
+    bench = load_bench()
+
+    def row(i: int, model: str) -> object:
+        return bench.Result(
+            row=i, model=model, version="0.24.0", gpu="H200", tp=1, answered=True,
+            kv_pred=100.0 + i * 0.1, kv_log=100.0, gpu_family="Hopper (sm90)", fmt="bf16",
+        )  # fmt: skip
+
+    one_model = [row(i, "org/a") for i in range(MIN_CELL_ROWS + 2)]
+    assert bench.measured_margins(one_model) == {}
+    two_models = [*one_model[:-1], row(9, "org/b")]
+    (cell,) = bench.measured_margins(two_models)
+    assert cell[1:] == ("Hopper (sm90)", "bf16")
+    hopper_bf16 = ("0.20+ (graphs subtracted, util 0.92)", "Hopper (sm90)", "bf16")
+    assert hopper_bf16 not in KV_MARGINS
+    assert is_thin_cell("0.24.0", (9, 0), "bf16")
+
+
 def test_the_widest_margin_is_the_widest_any_era_or_cell_needs() -> None:
     """New rows that widen an era's error fail here until WIDEST_MARGIN is raised to what
     `python hack/bench_planner.py --margins` prints."""
