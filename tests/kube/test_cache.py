@@ -615,3 +615,32 @@ def test_repeated_fleet_listings_look_only_at_services_with_observations(fleet: 
         {**unmeasured, "metadata": {**zero["metadata"], "resourceVersion": "2"}},
     )
     assert "s-0000" not in {s["metadata"]["name"] for s in gw.list_services(fleet_of="org/m-0")}
+
+
+def test_an_object_seen_again_at_the_same_version_is_confirmed_not_encoded_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kopf hands every listed or changed object to the index handler and the event handler; the
+    second copy of a version the cache holds only confirms it (#32: a restart lists ~6000)."""
+    encoded: list[str] = []
+
+    class Counted(cache_module._Entry):
+        def __init__(self, kind: Kind, obj: Obj) -> None:
+            encoded.append(obj["metadata"]["name"])
+            super().__init__(kind, obj)
+
+    monkeypatch.setattr(cache_module, "_Entry", Counted)
+    clock = Clock()
+    cache = WatchCache(ttl=100, clock=clock)
+    cache.observe(Kind.DEPLOYMENT, None, deployment("a", rv="5"))
+    cache.mark_synced()
+    clock.now = 90
+    cache.listed(Kind.DEPLOYMENT, deployment("a", rv="5"))  # the same version again
+    assert encoded == ["a"]
+    clock.now = 150  # 60 s after the confirmation, 150 s after the first store: not expired
+    assert [d["metadata"]["name"] for d in cache.select(Kind.DEPLOYMENT, "ns", {}) or []] == ["a"]
+    changed = deployment("a", rv="6")
+    changed["spec"]["replicas"] = 3
+    cache.observe(Kind.DEPLOYMENT, None, changed)
+    assert encoded == ["a", "a"]
+    assert cache.lookup(Kind.DEPLOYMENT, "ns", "a")[1]["spec"]["replicas"] == 3  # type: ignore[index]

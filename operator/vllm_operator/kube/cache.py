@@ -265,6 +265,10 @@ class WatchCache:
             self._tombstones.pop((kind, key), None)
             self._stale.discard((kind, key))
             self._seen[(kind, key)] = self._clock()
+            if current is not None and rv is not None and rv == current.rv:
+                # The version held (Kopf hands each event to the index handler and the event
+                # handler): confirmed above, nothing to encode again (#32).
+                return True
             if kind is Kind.POD:
                 claim = gpu_claim(obj)
                 if claim is None:
