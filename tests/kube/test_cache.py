@@ -551,3 +551,96 @@ def test_a_fleet_listing_decodes_only_services_of_the_model_with_observations() 
     assert [s["metadata"]["name"] for s in gw.list_services(fleet_of="org/m-1")] == ["a"]
     assert [s["metadata"]["name"] for s in gw.list_services(fleet_of="org/m-1é")] == ["e"]
     assert counter.reads == Counter()
+
+
+class _CountingText(str):
+    """An entry's text that counts how often a listing searches it."""
+
+    searches = 0
+
+    def __contains__(self, key: object) -> bool:
+        _CountingText.searches += 1
+        return super().__contains__(key)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("fleet", [1000])
+def test_repeated_fleet_listings_look_only_at_services_with_observations(fleet: int) -> None:
+    """#32: every reconcile lists its model's fleet; a restart resyncs every service, so a
+    listing that searched every cached service's text cost O(N) per reconcile, O(N²) per resync
+    (1000 services: ~10⁶ text searches). Searches per listing are bounded by the services that
+    hold observations, plus one pass over all for the first listing."""
+    measured = [{"gpuProduct": "NVIDIA-L4", "kvCacheTokens": 1000}]
+    services: list[tuple[Kind, Obj]] = [
+        (
+            Kind.VLLM_SERVICE,
+            {
+                "apiVersion": "serving.vllm-operator.dev/v1alpha1",
+                "kind": "VLLMService",
+                "metadata": {"name": f"s-{i:04d}", "namespace": "ns", "resourceVersion": "1"},
+                "spec": {"model": {"name": f"org/m-{i % 4}"}},
+                **({"status": {"observations": measured}} if i % 100 == 0 else {}),
+            },
+        )
+        for i in range(fleet)
+    ]
+    cache = synced(*services)
+    for entry in cache._objects[Kind.VLLM_SERVICE].values():
+        entry.text = _CountingText(entry.text)
+    gw = CachedGateway(FakeGateway(), cache)
+    _CountingText.searches = 0
+    listings = 50
+    for i in range(listings):
+        found = gw.list_services(fleet_of=f"org/m-{i % 4}")
+        assert {s["spec"]["model"]["name"] for s in found} <= {f"org/m-{i % 4}"}
+    assert len(gw.list_services(fleet_of="org/m-0")) == fleet // 100
+    holding = fleet // 100
+    assert _CountingText.searches <= fleet + (listings + 1) * holding * 2
+    # A service that gains observations joins its fleet; one that loses them leaves it.
+    first = services[1][1]
+    cache.observe(
+        Kind.VLLM_SERVICE,
+        None,
+        {
+            **first,
+            "metadata": {**first["metadata"], "resourceVersion": "2"},
+            "status": {"observations": measured},
+        },
+    )
+    assert "s-0001" in {s["metadata"]["name"] for s in gw.list_services(fleet_of="org/m-1")}
+    zero = services[0][1]
+    unmeasured = {k: v for k, v in zero.items() if k != "status"}
+    cache.observe(
+        Kind.VLLM_SERVICE,
+        None,
+        {**unmeasured, "metadata": {**zero["metadata"], "resourceVersion": "2"}},
+    )
+    assert "s-0000" not in {s["metadata"]["name"] for s in gw.list_services(fleet_of="org/m-0")}
+
+
+def test_an_object_seen_again_at_the_same_version_is_confirmed_not_encoded_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kopf hands every listed or changed object to the index handler and the event handler; the
+    second copy of a version the cache holds only confirms it (#32: a restart lists ~6000)."""
+    encoded: list[str] = []
+
+    class Counted(cache_module._Entry):
+        def __init__(self, kind: Kind, obj: Obj) -> None:
+            encoded.append(obj["metadata"]["name"])
+            super().__init__(kind, obj)
+
+    monkeypatch.setattr(cache_module, "_Entry", Counted)
+    clock = Clock()
+    cache = WatchCache(ttl=100, clock=clock)
+    cache.observe(Kind.DEPLOYMENT, None, deployment("a", rv="5"))
+    cache.mark_synced()
+    clock.now = 90
+    cache.listed(Kind.DEPLOYMENT, deployment("a", rv="5"))  # the same version again
+    assert encoded == ["a"]
+    clock.now = 150  # 60 s after the confirmation, 150 s after the first store: not expired
+    assert [d["metadata"]["name"] for d in cache.select(Kind.DEPLOYMENT, "ns", {}) or []] == ["a"]
+    changed = deployment("a", rv="6")
+    changed["spec"]["replicas"] = 3
+    cache.observe(Kind.DEPLOYMENT, None, changed)
+    assert encoded == ["a", "a"]
+    assert cache.lookup(Kind.DEPLOYMENT, "ns", "a")[1]["spec"]["replicas"] == 3  # type: ignore[index]

@@ -6,11 +6,13 @@ once per service, writes nothing, and plans again only for a service whose input
 """
 
 import copy
+from collections import Counter
 from typing import Any
 
 import pytest
 
 from vllm_operator.hub.resolver import HubArchitectureResolver
+from vllm_operator.kube.cache import CachedGateway, WatchCache
 from vllm_operator.kube.gateway import Kind
 from vllm_operator.planning import plan as planner
 from vllm_operator.reconcile import pools
@@ -65,3 +67,54 @@ def test_a_restart_plans_each_distinct_input_once_and_a_changed_service_again(
     live["metadata"]["generation"] += 1
     restarted.reconcile("default", "svc-0")
     assert len(calls) >= 1
+
+
+def test_a_restart_through_the_watch_cache_corrects_only_a_workload_edited_while_down() -> None:
+    """The restart path of `vllm-operator run`: a new watch cache filled by the initial lists
+    (Kopf hands each object to the index and the event handler, at the same resourceVersion),
+    then every service resynced. Nothing unchanged is written; a Deployment edited while the
+    operator was down (a newer resourceVersion, its plan-hash annotation left as it was) is
+    applied back."""
+    gw = cluster()
+    for i in range(SERVICES):
+        obj = copy.deepcopy(example(TEMPLATES[i % len(TEMPLATES)]))
+        obj["metadata"] = {"name": f"svc-{i}", "namespace": "default"}
+        gw.add(obj)
+    first = Controller(gw, HubArchitectureResolver(gw, OfflineHub()), clock=lambda: NOW)
+    for _ in range(2):
+        for i in range(SERVICES):
+            first.reconcile("default", f"svc-{i}")
+
+    for obj in gw.objects.values():
+        obj["metadata"]["resourceVersion"] = "1"
+    (edited,) = [
+        o
+        for (k, _, name), o in gw.objects.items()
+        if k is Kind.DEPLOYMENT and name.startswith("svc-0-")
+    ]
+    container = edited["spec"]["template"]["spec"]["containers"][0]
+    planned_args = list(container["args"])
+    container["args"] = [*planned_args, "--enforce-eager"]  # a `kubectl edit` while down
+    edited["metadata"]["resourceVersion"] = "2"
+
+    cache = WatchCache()
+    for (kind, _, _), obj in gw.objects.items():
+        cache.observe(kind, None, copy.deepcopy(obj))  # the index handler
+    for node in gw.nodes:
+        cache.observe(Kind.NODE, None, copy.deepcopy(node))
+    cache.mark_synced()
+    for (kind, _, _), obj in gw.objects.items():
+        cache.listed(kind, copy.deepcopy(obj))  # the event handler, same version
+    restarted = Controller(
+        CachedGateway(gw, cache), HubArchitectureResolver(gw, OfflineHub()), clock=lambda: NOW
+    )
+    writes = gw.writes.copy()
+    applied = []
+    for i in range(SERVICES):
+        outcome = restarted.reconcile("default", f"svc-{i}")
+        assert not outcome.status_written
+        applied += outcome.applied
+    assert applied == [f"Deployment/{edited['metadata']['name']}"]
+    assert gw.writes - writes == Counter({"apply:Deployment": 1, "event": 1})  # and its Event
+    live = gw.objects[(Kind.DEPLOYMENT, "default", edited["metadata"]["name"])]
+    assert live["spec"]["template"]["spec"]["containers"][0]["args"] == planned_args

@@ -230,6 +230,15 @@ class WatchCache:
         self._synced = False
         self._synced_event = threading.Event()
         self._listings: dict[Kind, _Listing] = {}
+        # `all_of`'s pre-selection by text (#32): (kind, string) -> the keys of the stored objects
+        # whose text contains it, kept from the first listing that asks for that string on (the
+        # fleet listing asks for one constant, `_OBSERVATIONS_TEXT`), so that a listing looks at
+        # the few objects that hold it, not at every object of the kind.
+        self._text_keys: dict[tuple[Kind, str], set[Key]] = {}
+        # A lower bound of the oldest confirmation among each kind's stored objects (#32):
+        # confirmations only move forward, so while it has not expired nothing of the kind has,
+        # and a listing need not look at every entry to know.
+        self._oldest_seen: dict[Kind, float] = {}
         self._guard = threading.Lock()
 
     # -- feeding ---------------------------------------------------------------------------------
@@ -256,6 +265,10 @@ class WatchCache:
             self._tombstones.pop((kind, key), None)
             self._stale.discard((kind, key))
             self._seen[(kind, key)] = self._clock()
+            if current is not None and rv is not None and rv == current.rv:
+                # The version held (Kopf hands each event to the index handler and the event
+                # handler): confirmed above, nothing to encode again (#32).
+                return True
             if kind is Kind.POD:
                 claim = gpu_claim(obj)
                 if claim is None:
@@ -269,7 +282,10 @@ class WatchCache:
                 return True
             self._foreign[kind].pop(key, None)
             self._drop(kind, key)
-            self._objects[kind][key] = _Entry(kind, obj)
+            entry = self._objects[kind][key] = _Entry(kind, obj)
+            for (indexed, text), keys in self._text_keys.items():
+                if indexed is kind and text in entry.text:
+                    keys.add(key)
             group = (kind, key[0], str(labels.get(LABEL_INSTANCE, "")))
             self._groups.setdefault(group, set()).add(key)
             return True
@@ -279,6 +295,9 @@ class WatchCache:
         old = self._objects[kind].pop(key, None)
         if old is None:
             return
+        for (indexed, _), keys in self._text_keys.items():
+            if indexed is kind:
+                keys.discard(key)
         group = (kind, key[0], str(old.labels.get(LABEL_INSTANCE, "")))
         members = self._groups.get(group)
         if members is not None:
@@ -536,11 +555,43 @@ class WatchCache:
         if not self._synced:
             return None
         now = self._clock()
+        objects = self._objects[kind]
         with self._guard:
-            found = sorted(self._objects[kind].items())
-            if any(self._expired(kind, key, now) for key, _ in found):
+            if self._any_expired(kind, now):
                 return None
-        return [entry.decode() for _, entry in found if all(text in entry.text for text in having)]
+            if having:
+                found = [(key, objects[key]) for key in self._containing(kind, having[0])]
+            else:
+                found = list(objects.items())
+        return [
+            entry.decode()
+            for _, entry in sorted(found, key=lambda ke: ke[0])
+            if all(text in entry.text for text in having)
+        ]
+
+    def _containing(self, kind: Kind, text: str) -> set[Key]:
+        """The keys of the stored objects whose text contains `text` (under the guard); the
+        first call for a string looks at every object, later ones are kept current by
+        `store` and `_drop`."""
+        keys = self._text_keys.get((kind, text))
+        if keys is None:
+            keys = {key for key, entry in self._objects[kind].items() if text in entry.text}
+            self._text_keys[(kind, text)] = keys
+        return keys
+
+    def _any_expired(self, kind: Kind, now: float) -> bool:
+        """Whether any stored object of `kind` expired (under the guard). Amortised O(1): the
+        kept lower bound of the oldest confirmation is checked first, and the entries only when
+        it has expired (then the bound is brought up to date)."""
+        if self.ttl <= 0:
+            return False
+        oldest = self._oldest_seen.get(kind)
+        if oldest is not None and now - oldest <= self.ttl:
+            return False
+        seen = [self._seen.get((kind, key)) for key in self._objects[kind]]
+        known = [t for t in seen if t is not None]
+        self._oldest_seen[kind] = min(known, default=now)
+        return any(now - t > self.ttl for t in known)
 
 
 class CachedGateway:
