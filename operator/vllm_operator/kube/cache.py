@@ -23,12 +23,18 @@ Rules that keep the memory view correct:
   and kube/inventory.py's watch of the other namespaces' GPU pods, also for its first list.
 - A write that conflicted drops the object: the next read goes to the API server (a conflict
   means our view was wrong).
-- Every entry expires `ttl` seconds after it was last confirmed by an event or a write. Kopf
-  re-lists each resource whenever a watch ends (every `settings.watching.server_timeout`) and
-  runs the index handlers for every listed object, which confirms whatever still exists; an
-  object deleted while no watch was open gets no DELETED event, and only expiry notices it. A
-  read that meets an expired entry goes to the API server, and a list answered there replaces
-  what the cache holds for that selection (what it does not return is gone).
+- Every entry expires `ttl` seconds after it was last confirmed by an event, a write or a
+  listing. Kopf (1.45, kopf/_cogs/clients/watching.py `continuous_watch`) lists a kind once and
+  then resumes its watch from the last resourceVersion each time the server ends it (every
+  `settings.watching.server_timeout`): a resumed watch delivers every change, deletions
+  included, so nothing is missed, but nothing re-confirms an object that did not change either.
+  It lists again only when the watch cannot resume (410 Gone) or the stream fails; then the
+  sweep below applies. An object deleted while no watch was open and whose listing returned
+  nothing at all (no event reaches the handlers) is noticed only by expiry: a read that meets
+  an expired entry goes to the API server, and a list answered there replaces what the cache
+  holds for that selection (what it does not return is gone). The cost of this backstop: each
+  unchanged service's objects are read again once per `ttl` (at 1000 services ~1.4 pod lists a
+  second, docs/controller-benchmark.md "Fourth round").
 - A complete list is the full truth (#32). Kopf re-lists a kind when its watch cannot resume
   (410 Gone, e.g. after an API-server restart) and delivers every listed object as an event of
   type None; an object deleted while no watch was open gets no DELETED event. The handlers pass
@@ -95,8 +101,9 @@ CACHED_KINDS: frozenset[Kind] = LABELLED_KINDS | {
 _TOMBSTONES_MAX = 10_000
 
 DEFAULT_TTL_SECONDS = 720.0
-"""Twice the watch's client timeout (330 s, handlers/registrations.py) plus a minute: an entry
-that two re-lists did not confirm is read again from the API server."""
+"""Twice the watch's client timeout (330 s, handlers/registrations.py) plus a minute: an entry no
+event, write or listing confirmed for that long is read again from the API server (the backstop
+for a deletion no watch or listing reported; see the module docstring)."""
 
 Key = tuple[str, str]  # namespace ("" for nodes), name
 
