@@ -331,8 +331,10 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         # nothing read; CPU is the idle cost of N services (their remediation evaluations).
         steady_profiler = Profiler(pid, state / "steady.txt") if args.profile else None
         before = Sample.take(op)
+        steady_reconciles = -op.reconciles()
         time.sleep(args.steady_seconds)
         steady = Sample.take(op).minus(before)
+        steady_reconciles += op.reconciles()
         if steady_profiler is not None:
             steady_profiler.stop()
             steady_profile_lines = profile_summary(steady_profiler.out)
@@ -441,6 +443,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             f"{steady.cpu:.1f} s ({100 * steady_share:.1f} % of a core)",
             f"< {100 * TARGET_STEADY_CPU_SHARE:.0f} % of a core",
         ),
+        ("steady window: reconciles", f"{steady_reconciles:.0f}", ""),
         (
             "operator peak RSS (VmHWM)",
             f"{rss:.0f} MiB",

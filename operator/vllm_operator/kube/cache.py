@@ -600,6 +600,51 @@ class WatchCache:
         self._oldest_seen[kind] = min(known, default=now)
         return any(now - t > self.ttl for t in known)
 
+    def versions(
+        self,
+        kind: Kind,
+        namespace: str,
+        *,
+        name: str | None = None,
+        selector: dict[str, str] | None = None,
+    ) -> tuple[tuple[str, int], ...] | None:
+        """(name, resourceVersion) of the object `name`, or of those `selector` matches (sorted),
+        as `lookup` / `select` would return them, without decoding anything; None where those
+        would not answer from memory, or an entry has no numeric resourceVersion.
+
+        An object's content changes only with its resourceVersion, so equal answers mean that a
+        read would return equal objects: an idle remediation evaluation compares them instead of
+        decoding the service and its pods (reconcile/evaluate.py, #32 steady CPU)."""
+        if kind not in CACHED_KINDS or not self.covers(namespace):
+            return None
+        now = self._clock()
+        objects = self._objects[kind]
+        with self._guard:
+            if name is not None:
+                key = (namespace, name)
+                if (
+                    (kind, key) in self._stale
+                    or key in self._foreign[kind]
+                    or self._expired(kind, key, now)
+                ):
+                    return None
+                entry = objects.get(key)
+                selected = [(key, entry)] if entry is not None else []
+            else:
+                wanted = selector or {}
+                if LABEL_INSTANCE not in wanted:
+                    return None  # only a service's own objects are compared (its index)
+                keys = self._groups.get((kind, namespace, wanted[LABEL_INSTANCE]), ())
+                selected = [(k, objects[k]) for k in keys if _matches(objects[k].labels, wanted)]
+                if any(self._expired(kind, k, now) for k, _ in selected):
+                    return None
+        found: list[tuple[str, int]] = []
+        for (_, found_name), entry in sorted(selected, key=lambda ke: ke[0]):
+            if entry.rv is None:
+                return None
+            found.append((found_name, entry.rv))
+        return tuple(found)
+
 
 class CachedGateway:
     """A KubeGateway whose reads come from a `WatchCache` (writes pass through and update it).
@@ -695,6 +740,18 @@ class CachedGateway:
             for obj in listed:
                 self.cache.store(Kind.VLLM_SERVICE, obj)
         return listed
+
+    def versions(
+        self,
+        kind: Kind,
+        namespace: str,
+        *,
+        name: str | None = None,
+        selector: dict[str, str] | None = None,
+    ) -> tuple[tuple[str, int], ...] | None:
+        """The cache's resourceVersions of what `get` / `list_pods` would return (no API call;
+        None: compare by reading). See `WatchCache.versions`."""
+        return self.cache.versions(kind, namespace, name=name, selector=selector)
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         return self.inner.read_secret_key(namespace, name, key)

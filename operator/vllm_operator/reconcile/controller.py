@@ -289,6 +289,8 @@ class Controller:
         body: Obj | None = None
         delay: float | None = None
         try:
+            if self.evaluator.unchanged(key):
+                return Outcome()  # nothing it reads changed since a calm evaluation (#32)
             body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
             if body is None or VLLMServiceBody(body).gone:
                 self.forget(namespace, name)

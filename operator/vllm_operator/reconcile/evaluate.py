@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
@@ -60,6 +61,23 @@ DRAIN_TIMEOUT = timedelta(seconds=60)
 # evaluations that come much earlier than the interval. The slack absorbs the difference between
 # the scheduler's monotonic clock and this clock, which drops sub-second parts.
 GATE_SLACK = timedelta(seconds=2)
+FULL_EVALUATION_EVERY = timedelta(minutes=10)
+"""The longest a calm service whose inputs did not change goes without a full evaluation: a
+backstop only (such an evaluation is shown below to change nothing), like a controller's resync
+period."""
+
+Versions = tuple[tuple[str, int], ...]
+"""(name, resourceVersion) pairs, sorted by name: what a read would return, compared unread."""
+
+
+@dataclass(frozen=True)
+class _Calm:
+    """A full evaluation that found the service calm (`_is_calm`): what it read, and when."""
+
+    service: Versions
+    pods: tuple[tuple[dict[str, str], Versions], ...]
+    """Each pool's pod selector and the pods it selected."""
+    at: datetime
 
 
 class MetricsSource(Protocol):
@@ -95,11 +113,16 @@ class Evaluator:
         self._last: dict[tuple[str, str], datetime] = {}
         # A tick's metrics, fetched in one batch by `prefetch`: key -> (pods asked for, answer).
         self._prefetched: dict[tuple[str, str], tuple[tuple[str, ...], ServiceMetrics]] = {}
+        # Services whose last full evaluation found them calm, with what it read (#32: an idle
+        # evaluation of 1000 services was most of the steady CPU). The worker holding a key is
+        # the only one touching its entry.
+        self._calm: dict[tuple[str, str], _Calm] = {}
 
     @property
     def batches(self) -> bool:
         """Whether `prefetch` can fetch anything (a batching metrics source is configured)."""
-        return isinstance(self.metrics, BatchMetricsSource)
+        # The None test first: a Protocol isinstance check costs ~40 us, paid per evaluation.
+        return self.metrics is not None and isinstance(self.metrics, BatchMetricsSource)
 
     def prefetch(self, bodies: list[Obj]) -> None:
         """Fetch the metrics of every service about to be evaluated with one query per signal.
@@ -137,6 +160,37 @@ class Evaluator:
         """The service is gone: drop what this evaluator remembers of it."""
         self._last.pop(key, None)
         self._prefetched.pop(key, None)
+        self._calm.pop(key, None)
+
+    def unchanged(self, key: tuple[str, str]) -> bool:
+        """Whether an evaluation of `key` now would repeat the last one, which changed nothing:
+        that one found the service calm, and the service and each pool's pods are, by
+        resourceVersion, what it read (the watch cache answers without decoding them); then the
+        evaluation is skipped. At most FULL_EVALUATION_EVERY after the last full evaluation, and
+        whenever anything cannot be compared (no watch cache, an expired entry), it runs in full.
+
+        Why a skipped evaluation is the full one's result: with no metrics source, an
+        evaluation's inputs are the service object, its pods (and the crashed containers' logs,
+        read only for terminations), and the clock. A calm service has no overrides (no restore
+        can come due), no pool failure, no draining pod (no drain timeout), no pod running
+        without being Ready (no startup stall can come due), none in CrashLoopBackOff and no
+        termination newer than windowSeconds (none can become a crash), and the evaluation
+        wrote, emitted and evicted nothing: the same inputs at a later time decide the same.
+        Any change of a pod (a restart, readiness, an OOM kill) or of the service (spec, status,
+        its plans) changes a resourceVersion, so the next evaluation runs in full, at the same
+        interval as before."""
+        calm = self._calm.get(key)
+        if calm is None or self.metrics is not None:
+            return False
+        if self.clock() - calm.at >= FULL_EVALUATION_EVERY:
+            return False
+        namespace, name = key
+        if self.gw.versions(Kind.VLLM_SERVICE, namespace, name=name) != calm.service:
+            return False
+        return all(
+            self.gw.versions(Kind.POD, namespace, selector=selector) == pods
+            for selector, pods in calm.pods
+        )
 
     def end_tick(self) -> None:
         """Drop what a tick prefetched: a later evaluation must not see old metrics."""
@@ -184,12 +238,16 @@ class Evaluator:
         if not self._gate_open(service, now):
             return False
         self._last[key] = now
+        self._calm.pop(key, None)
         status = _status(body)
         plans = {p.gpu_type: p.plan for p in status.pools if p.plan is not None and p.feasible}
         if not plans:
+            # Nothing to observe until the service's status gains a feasible plan.
+            self._remember_calm(key, body, {}, now)
             return False
 
         pods_by_pool = self._pods_by_pool(service, plans)
+        read = {pool: list(pods) for pool, pods in pods_by_pool.items()}  # before any eviction
         names = _pod_names(pods_by_pool)
         metrics = self._metrics(service, names, now)
         self._finish_drains(service, pods_by_pool, metrics, now)
@@ -306,13 +364,40 @@ class Evaluator:
         for pod in decision.evictions:
             self._start_drain(service, pod, now)
         # A new measurement re-plans the pools from it (the reconcile reads status.observations).
-        return (
+        changed = (
             failures_changed
             or list(new_status.overrides) != list(status.overrides)
             or learned != list(status.observations)
         )
+        if (
+            not changed
+            and new_status == status
+            and not decision.events
+            and not decision.actions
+            and deviated is None
+            and _is_calm(new_status, observations, read, now, window)
+        ):
+            self._remember_calm(key, body, read, now)
+        return changed
 
     # ------------------------------------------------------------------------------- helpers
+
+    def _remember_calm(
+        self, key: tuple[str, str], body: Obj, pods_by_pool: dict[str, list[Obj]], now: datetime
+    ) -> None:
+        """Keep what a calm evaluation read (without a metrics source only: metrics change
+        without any object changing, so every evaluation with one queries them)."""
+        if self.metrics is not None:
+            return
+        service = _versions([body])
+        pods = []
+        for pool, found in sorted(pods_by_pool.items()):
+            versions = _versions(found)
+            if versions is None:
+                return
+            pods.append((pool_selector_labels(key[1], pool), versions))
+        if service is not None:
+            self._calm[key] = _Calm(service=service, pods=tuple(pods), at=now)
 
     def _learn(
         self,
@@ -459,6 +544,46 @@ class Evaluator:
                     )
                 else:
                     log.info("Deferred eviction by PodDisruptionBudget pod=%s", name)
+
+
+def _versions(objects: list[Obj]) -> Versions | None:
+    """(name, resourceVersion) of each object, sorted by name; None when one has no numeric
+    resourceVersion (kube/cache.py compares the same integers)."""
+    found = []
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        try:
+            found.append((str(meta.get("name")), int(str(meta.get("resourceVersion")))))
+        except ValueError:
+            return None
+    return tuple(sorted(found))
+
+
+def _is_calm(
+    status: VLLMServiceStatus,
+    observations: Observations,
+    pods_by_pool: dict[str, list[Obj]],
+    now: datetime,
+    window: timedelta,
+) -> bool:
+    """Nothing in this evaluation's result can change with time alone (Evaluator.unchanged):
+    no override to restore, no pool failure, no draining pod, no pod Running but not Ready (a
+    stall to come due), none crash-looping, no termination within the window or after `now`."""
+    if status.overrides or any(p.failure is not None for p in status.pools):
+        return False
+    for pods in pods_by_pool.values():
+        for pod in pods:
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            if ANNOTATION_DRAINING_SINCE in annotations:
+                return False
+    for pool in observations.pools:
+        for seen in pool.pods:
+            if seen.crash_looping or (not seen.ready and seen.running_since is not None):
+                return False
+            term = seen.last_termination
+            if term is not None and term.finished_at >= now - window:
+                return False
+    return True
 
 
 def _pod_names(pods_by_pool: dict[str, list[Obj]]) -> list[str]:

@@ -80,6 +80,25 @@ class CountingGateway:
             namespace, pod, container, previous=previous, tail_lines=tail_lines
         )
 
+    def versions(
+        self,
+        kind: Kind,
+        namespace: str,
+        *,
+        name: str | None = None,
+        selector: dict[str, str] | None = None,
+    ) -> tuple[tuple[str, int], ...] | None:
+        """The watch cache's (name, resourceVersion) pairs of what `get` / `list_pods` would
+        return (kube/cache.py `CachedGateway.versions`), not a read of the API server: None when
+        `inner` keeps no cache or the cache cannot answer from memory."""
+        versions = getattr(self.inner, "versions", None)
+        if versions is None:
+            return None
+        found: tuple[tuple[str, int], ...] | None = versions(
+            kind, namespace, name=name, selector=selector
+        )
+        return found
+
     # -- writes (each counted once, after the call succeeded) -----------------------------------
 
     def apply(self, obj: Obj) -> Obj:
