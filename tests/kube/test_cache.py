@@ -25,6 +25,16 @@ def deployment(name: str, rv: str | None = "1", labels: dict[str, str] | None = 
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {}}
 
 
+def service(name: str, rv: str = "1") -> Obj:
+    meta = {"name": name, "namespace": "ns", "resourceVersion": rv}
+    return {
+        "apiVersion": "serving.vllm-operator.dev/v1alpha1",
+        "kind": "VLLMService",
+        "metadata": meta,
+        "spec": {},
+    }
+
+
 class ReadCounter:
     """Passes every call to `inner` and counts the reads (what would reach the API server)."""
 
@@ -331,9 +341,10 @@ def test_only_the_operators_own_managed_fields_entry_is_kept() -> None:
     assert dep["metadata"]["managedFields"] == [ours, theirs]
 
 
-def test_a_complete_relist_drops_what_it_did_not_return_once_it_is_quiet() -> None:
+def test_a_complete_relist_stops_believing_what_it_did_not_return_once_it_is_quiet() -> None:
     """#32 fault: a Deployment deleted while the watches were reconnecting (no DELETED event)
-    stayed in the cache until the 12-minute expiry. A complete list is the full truth."""
+    stayed in the cache until the 12-minute expiry. What a complete list did not return is read
+    from the API server again: it answers that the object is gone, and the entry goes."""
     clock = Clock()
     cache = WatchCache(clock=clock)
     for name in ("a", "b", "c"):
@@ -354,14 +365,54 @@ def test_a_complete_relist_drops_what_it_did_not_return_once_it_is_quiet() -> No
     clock.now = 108
     (gone,) = cache.end_lists()
     assert gone[0] is Kind.DEPLOYMENT and gone[1]["metadata"]["name"] == "b"
-    assert cache.lookup(Kind.DEPLOYMENT, "ns", "b") == (True, None)  # authoritative miss
+    assert cache.lookup(Kind.DEPLOYMENT, "ns", "b") == (False, None)  # ask the API server
+    assert cache.select(Kind.DEPLOYMENT, "ns", {}) is None  # so is a list that would hold it
     assert cache.lookup(Kind.DEPLOYMENT, "ns", "c")[1] is not None
     # Another namespace's objects are not judged by this namespace's listing.
     assert cache.lookup(Kind.DEPLOYMENT, "elsewhere", "x")[1] is not None
     assert cache.end_lists() == []
-    # A re-created object with the same name is stored again (the tombstone has no version).
+    # The API server says it is gone: the entry goes, and the miss is authoritative again.
+    cache.read_missing(Kind.DEPLOYMENT, "ns", "b")
+    assert cache.lookup(Kind.DEPLOYMENT, "ns", "b") == (True, None)
+    assert [o["metadata"]["name"] for o in cache.select(Kind.DEPLOYMENT, "ns", {}) or []] == [
+        "a",
+        "c",
+        "d",
+    ]
+    # A re-created object with the same name is stored again.
     cache.observe(Kind.DEPLOYMENT, "ADDED", deployment("b", rv="9"))
     assert cache.lookup(Kind.DEPLOYMENT, "ns", "b")[1] is not None
+
+
+def test_a_listing_split_by_a_pause_loses_no_object_that_exists() -> None:
+    """#32: on a loaded machine Kopf's per-object workers hand a listing to the event handlers
+    with pauses longer than RELIST_QUIET_SECONDS; the second half was judged as a listing of its
+    own and dropped the first half's objects (102 existing VLLMServices, forgotten, in a
+    1000-service bench run). Now such objects are only read again, and a read that finds them
+    keeps them."""
+    clock = Clock()
+    inner = FakeGateway()
+    cache = WatchCache(clock=clock)
+    names = [f"s{i}" for i in range(6)]
+    for name in names:
+        cache.observe(Kind.VLLM_SERVICE, None, service(name))
+        inner.add(service(name))
+    cache.mark_synced()
+    clock.now = 50
+    for name in names[:3]:  # the first half of the listing...
+        cache.listed(Kind.VLLM_SERVICE, service(name))
+    clock.now = 56
+    cache.end_lists()  # judged alone, the first half does not hold s3-s5
+    clock.now = 60  # ...a pause of 10 s...
+    for name in names[3:]:
+        cache.listed(Kind.VLLM_SERVICE, service(name))
+    clock.now = 66
+    gone = cache.end_lists()  # ...and the second half does not hold s0-s2
+    gateway = CachedGateway(inner, cache)
+    for name in names:
+        assert gateway.get(Kind.VLLM_SERVICE, "ns", name) is not None, name
+    assert cache.lookup(Kind.VLLM_SERVICE, "ns", "s0")[0]  # believed again after the read
+    assert {o["metadata"]["name"] for _, o in gone} == set(names[:3])
 
 
 def test_the_initial_listing_drops_nothing_it_returned() -> None:

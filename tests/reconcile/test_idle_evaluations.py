@@ -48,7 +48,6 @@ class Api:
     def __init__(self, fake: FakeGateway, cache: WatchCache) -> None:
         self.fake = fake
         self.cache = cache
-        self._rv = 0
         self._seen: dict[Any, tuple[str, str]] = {}
 
     def sync(self) -> None:
@@ -57,8 +56,7 @@ class Api:
             meta.pop("resourceVersion", None)
             text = repr(obj)
             if self._seen.get(key, ("", ""))[0] != text:
-                self._rv += 1
-                self._seen[key] = (text, str(self._rv))
+                self._seen[key] = (text, self.fake.next_resource_version())
             meta["resourceVersion"] = self._seen[key][1]
             self.cache.observe(key[0], "MODIFIED", obj)
         for node in self.fake.nodes:

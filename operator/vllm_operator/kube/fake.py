@@ -294,10 +294,34 @@ class FakeGateway:
         self.evictions: list[tuple[str, str]] = []
         self.refuse_evictions = False
         self._uids = itertools.count(1)
+        self._versions = itertools.count(1)
         # Field ownership by object uid: manager -> paths it owns through Apply.
         self._owners: dict[str, dict[str, set[Path]]] = {}
 
     # -- test helpers -------------------------------------------------------------------------
+
+    def next_resource_version(self) -> str:
+        """A resourceVersion newer than every one this fake handed out (a test's watch stand-in
+        numbers the objects it delivers from here, so that the fake's writes and its versions
+        are ordered as the API server orders them)."""
+        return str(next(self._versions))
+
+    def _bump(self, obj: Obj, old: Obj | None) -> None:
+        """What the API server does on a write that changes an object: a new resourceVersion.
+        Only for an object that carries one (most tests' objects do not, and the watch cache
+        then compares nothing); an unchanged object keeps it, as a no-op apply does."""
+        meta = obj.setdefault("metadata", {})
+        held = (old or {}).get("metadata", {}).get("resourceVersion")
+        if held is None:
+            return
+        before = {k: v for k, v in (old or {}).items() if k != "metadata"}
+        after = {k: v for k, v in obj.items() if k != "metadata"}
+        same_meta = {k: v for k, v in meta.items() if k != "resourceVersion"} == {
+            k: v for k, v in (old or {}).get("metadata", {}).items() if k != "resourceVersion"
+        }
+        meta["resourceVersion"] = (
+            held if before == after and same_meta else self.next_resource_version()
+        )
 
     def add(self, obj: Obj) -> Obj:
         """Store an object as if a user created it (not counted as an operator write).
@@ -473,6 +497,7 @@ class FakeGateway:
         owners.pop(manager, None)
         owners[manager] = applied  # the latest writer last, as the server lists them
         self._finish(kind, live, old, uid, owners)
+        self._bump(live, old)
         self.objects[key] = live
         return copy.deepcopy(live)
 
@@ -517,7 +542,9 @@ class FakeGateway:
         key = (Kind.VLLM_SERVICE, namespace, name)
         if key not in self.objects:
             raise GatewayError(f"apply status of {namespace}/{name} failed: 404 Not Found", 404)
+        old = copy.deepcopy(self.objects[key])
         self.objects[key]["status"] = _without_nulls(copy.deepcopy(status))
+        self._bump(self.objects[key], old)
         self.writes["status"] += 1
         return copy.deepcopy(self.objects[key])
 
@@ -541,9 +568,11 @@ class FakeGateway:
         obj = self.objects.get((Kind.POD, namespace, pod))
         if obj is None:
             raise GatewayError(f"pods {namespace}/{pod} not found", 404)
+        old = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         meta.setdefault("labels", {}).update(labels)
         meta.setdefault("annotations", {}).update(annotations)
+        self._bump(obj, old)
         self.writes["pod"] += 1
 
     def evict_pod(self, namespace: str, pod: str) -> bool:
