@@ -161,6 +161,10 @@ def test_a_deployment_deleted_while_the_watches_reconnected_is_recreated() -> No
     ctl.reconcile("default", SERVICE)
     assert condition(status_of(fake, SERVICE), "Ready")["status"] == "True"
 
+    for (kind, _, _), obj in sorted(fake.objects.items()):  # the start's listing
+        cache.listed(kind, obj)
+    seconds.now = 10
+    assert cache.end_lists() == []
     del fake.objects[(Kind.DEPLOYMENT, "default", f"{SERVICE}-l4")]  # no event reaches us
     seconds.now = 100
     for (kind, _, _), obj in sorted(fake.objects.items()):  # the re-list after the reconnect

@@ -240,6 +240,8 @@ class WatchCache:
         self._synced = False
         self._synced_event = threading.Event()
         self._listings: dict[Kind, _Listing] = {}
+        # Kinds whose first (the start's) listing is over: only later ones judge (`end_lists`).
+        self._listed_before: set[Kind] = set()
         # `all_of`'s pre-selection by text (#32): (kind, string) -> the keys of the stored objects
         # whose text contains it, kept from the first listing that asks for that string on (the
         # fleet listing asks for one constant, `_OBSERVATIONS_TEXT`), so that a listing looks at
@@ -364,7 +366,10 @@ class WatchCache:
         load average 5-9 so dropped 102 existing VLLMServices 8 s after the caches synced, and
         they were forgotten (#32). Another namespace's objects are not judged by a listing of
         this one, and the names of others' objects (always read from the API) are left as
-        they are."""
+        they are. The first listing of each kind (the operator's start) judges nothing: the
+        cache holds only what that listing and the watch after it delivered, and an object
+        created between Kopf's list and the first event handler's turn (an ADDED event, not
+        part of the listing) would otherwise be judged unlisted."""
         now = self._clock()
         gone: list[tuple[Kind, Obj]] = []
         with self._guard:
@@ -372,8 +377,10 @@ class WatchCache:
                 if now - listing.last < RELIST_QUIET_SECONDS:
                     continue
                 del self._listings[kind]
-                if not self._synced:
-                    continue
+                first = kind not in self._listed_before
+                self._listed_before.add(kind)
+                if first or not self._synced:
+                    continue  # the start's listing filled the cache: nothing there is old
                 for key, entry in self._objects[kind].items():
                     if (
                         key[0] in listing.namespaces
