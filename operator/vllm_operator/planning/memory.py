@@ -78,7 +78,14 @@ NON_TORCH_CONTEXT_GIB = 0.45  # CUDA context counted by 0.6.4 / V1 0.7-0.9.0 (0.
 NON_TORCH_BASE_GIB = 0.10  # per-instance eras before 0.18 (0.02-0.13 seen)
 NON_TORCH_BASE_GIB_018 = 0.30  # 0.18+ (0.24-0.26 seen on H100 at 0.19; 0.46 once)
 NON_TORCH_TP_GIB = 0.45  # TP > 1 before 0.12 or below sm90 (0.33-0.44 seen)
-NON_TORCH_TP_GIB_SM90 = 1.95  # TP > 1 on sm90+ from 0.12 (1.82-1.96 seen at 0.19)
+NON_TORCH_TP_GIB_SM90 = 1.95  # TP > 1 on sm90 / sm10x from 0.12 (1.82-1.96 seen at 0.19)
+# Compute capabilities vLLM's symmetric-memory all-reduce serves (0.33.0
+# distributed/device_communicators/all_reduce_utils.py SYMM_MEM_ALL_REDUCE_MAX_SIZES: "9.0",
+# "10.0", "10.3", "10.7"; symm_mem.py SymmMemCommunicator.__init__ disables itself on any other
+# capability, and VLLM_ALLREDUCE_USE_SYMM_MEM defaults to 1): the NVLink datacenter parts whose
+# TP > 1 logs NON_TORCH_TP_GIB_SM90 was fitted on. sm12x (RTX PRO / RTX 50xx, PCIe only) and
+# sm89 get no symmetric-memory buffers and take NON_TORCH_TP_GIB.
+SYMM_MEM_MAJORS = (9, 10)
 CUDA_GRAPH_BASE_GIB = 0.05
 CUDA_GRAPH_PER_LAYER_GIB = 0.021  # 0.55-1.70 GiB for 24-80 layers with 512 capture sizes
 CUDA_GRAPH_TP_GIB = 0.30
@@ -1009,9 +1016,18 @@ def non_torch_gib(sem: MemorySemantics, args: ResolvedArgs, sm: tuple[int, int] 
     if sem.counts_cuda_context:
         base = NON_TORCH_CONTEXT_GIB
     if args.tensor_parallel_size > 1:
-        big = sm is not None and sm >= (9, 0) and version.at_least("0.12.0")
-        base += NON_TORCH_TP_GIB_SM90 if big else NON_TORCH_TP_GIB
+        base += NON_TORCH_TP_GIB_SM90 if symm_mem_all_reduce(sm, version) else NON_TORCH_TP_GIB
     return base
+
+
+def symm_mem_all_reduce(sm: tuple[int, int] | None, version: VllmVersion) -> bool:
+    """Whether a TP > 1 rank carries the NVLink-class all-reduce buffers of NON_TORCH_TP_GIB_SM90:
+    from 0.12 on a capability vLLM's symmetric-memory all-reduce serves (SYMM_MEM_MAJORS,
+    0.33.0 ``SYMM_MEM_ALL_REDUCE_MAX_SIZES``). Before this rule sm12x took the sm90 figure too;
+    the 0.27+ ledgers of sm120 cards over PCIe log less: bench row 69 (TP4, RTX PRO 6000
+    Blackwell, 0.27.1) 1.70 GiB of non-torch memory against 2.25, row 53 (TP2, RTX 5090) 15.03 GiB
+    consumed against 17.01."""
+    return sm is not None and sm[0] in SYMM_MEM_MAJORS and version.at_least("0.12.0")
 
 
 def sequences_at(est: MemoryEstimate, context_tokens: int) -> float:
@@ -1087,7 +1103,37 @@ def cuda_graph_gib(arch: Architecture, args: ResolvedArgs, layers: int) -> float
         + (CUDA_GRAPH_EST_TP_GIB if tp > 1 else 0.0)
     )
     floor = min(full, CUDA_GRAPH_EST_FLOOR_GIB)
-    return floor + (full - floor) * scale + moe
+    return floor + (full - floor) * capture_size_share(capture) + moe
+
+
+# The default capture sizes (0.33.0 config/vllm.py ``_set_cudagraph_sizes``, the same grid since
+# 0.11.2's config/compilation.py): 1, 2, 4, then every 8 below 256, then every 16 up to the
+# largest size. 51 sizes at the default ceiling of 512 the estimate was fitted on.
+CAPTURE_SIZES_AT_512 = 51
+
+
+def capture_sizes(capture: int) -> int:
+    """How many batch sizes vLLM captures below a ceiling of `capture` (the default grid)."""
+    small = sum(1 for n in (1, 2, 4) if n <= capture)
+    mid = len(range(8, min(capture + 1, 256), 8))
+    large = len(range(256, capture + 1, 16))
+    return small + mid + large
+
+
+def capture_size_share(capture: int) -> float:
+    """The share of the 512-size estimate's variable part a smaller capture ceiling keeps.
+
+    vLLM's estimate (0.33.0 ``GPUModelRunner.profile_cudagraph_memory``) is, per mode, the memory
+    of the first capture (the largest size: its activations in the graph pool) plus the second
+    capture's increment times the remaining sizes: ``first + per_graph x (len(descs) - 1)``. The
+    first part grows with the ceiling, the second with the number of sizes; the split was not
+    logged, so the share is the larger of the two readings, ``max(capture_sizes(c) / 51, c / 512)``
+    (the share of sizes, except just below 512 where the grid steps by 16): 3 sizes (0.06) for 2
+    sequences, 11 (0.22) for 32, 35 (0.69) for 128. It replaces the clamp(c / 512, 0.25, 1) of the 0.19 fit, which had no row below 512
+    and held every ceiling under 128 at a quarter (bench row 53, two sequences: vLLM 0.27.1 logs
+    a 0.13 GiB estimate where that clamp gave 0.51). Only the 0.18+ estimate uses it; the fixed
+    floor (CUDA_GRAPH_EST_FLOOR_GIB) stays."""
+    return min(1.0, max(capture_sizes(capture) / CAPTURE_SIZES_AT_512, capture / 512))
 
 
 # -------------------------------------------------------------------------------- resolve args
