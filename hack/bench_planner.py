@@ -168,6 +168,8 @@ def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
     except UnknownModelError as exc:
         base.reason = str(exc).split(". Supply")[0]
         return base
+    if "hf_overrides" in extra:  # `--hf-overrides` of the row's command, as vLLM applies it
+        arch = arch.model_copy(update=dict(extra["hf_overrides"]))
     base.kind = arch.kind + (" +vision" if arch.is_multimodal else "")
     base.family = ("MoE " if arch.is_moe and "MoE" not in arch.kind else "") + base.kind
     if "gpu_memory_mib" in extra:
