@@ -128,21 +128,27 @@ class PeriodicRelist:
             return []
         drifts: list[Drift] = []
         failed = False
-        for kind in RELIST_ORDER:
-            scopes: list[str | None] = (
-                [None] if kind in CLUSTER_SCOPED or not self.namespaces else [*self.namespaces]
+        scopes = [
+            (kind, namespace)
+            for kind in RELIST_ORDER
+            for namespace in (
+                [None] if kind in CLUSTER_SCOPED or not self.namespaces else self.namespaces
             )
-            for namespace in scopes:
-                try:
-                    drifts += self._list(kind, namespace)
-                except GatewayError as exc:
-                    if exc.status in (403, 404):
-                        # Not served (no LeaderWorkerSet CRD, no DRA) or not ours to list: Kopf
-                        # cannot watch it either, so the cache holds none of it.
-                        log.debug("Skipped a periodic list kind=%s status=%s", kind, exc.status)
-                        continue
-                    failed = True
-                    log.warning("Failed a periodic list kind=%s error=%s", kind, exc)
+        ]
+        for kind, namespace in scopes:
+            try:
+                drifts += self._list(kind, namespace)
+            except GatewayError as exc:
+                if exc.status in (403, 404):
+                    # Not served (no LeaderWorkerSet CRD, no DRA) or not ours to list: Kopf
+                    # cannot watch it either, so the cache holds none of it.
+                    log.debug("Skipped a periodic list kind=%s status=%s", kind, exc.status)
+                    continue
+                # The rest of the round waits for the retry (an API server that is down
+                # fails them all); what was listed until here has been judged.
+                failed = True
+                log.warning("Failed a periodic list kind=%s error=%s", kind, exc)
+                break
         self._next = self.cache.now() + (RETRY_SECONDS if failed else self._interval())
         if drifts:
             log.info(
