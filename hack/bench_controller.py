@@ -571,7 +571,16 @@ def main() -> int:
     )
     parser.add_argument("--profile-out", type=Path, default=None, help="keep the raw stacks")
     parser.add_argument("--write", default=str(REPO / "docs" / "controller-benchmark.md"))
+    parser.add_argument(
+        "--relist-seconds",
+        type=float,
+        default=None,
+        help="the watch cache's periodic list period (VLLM_OPERATOR_RELIST_SECONDS; default "
+        "600 s): shorter than the steady window, the window holds its lists",
+    )
     args = parser.parse_args()
+    if args.relist_seconds is not None:
+        os.environ["VLLM_OPERATOR_RELIST_SECONDS"] = str(args.relist_seconds)
     if args.profile:
         py_spy()
     lines, ok = run(args)

@@ -84,3 +84,45 @@ def test_objects_a_relist_no_longer_returned_map_to_their_services() -> None:
     assert keys(memo, Kind.VLLM_SERVICE, service) == [("ml", "chat")]
     foreign = {"metadata": {"name": "web", "namespace": "ml"}}
     assert keys(memo, Kind.DEPLOYMENT, foreign) == []
+
+
+def test_the_periodic_list_task_enqueues_the_services_of_what_it_found(
+    monkeypatch: Any,
+) -> None:
+    """kube/relist.py's drift reaches the queue through the handlers' task: a Deployment gone
+    behind the cache enqueues its owner, a VLLMService changed behind it enqueues itself."""
+    from tests.kube.test_cache import Clock
+    from vllm_operator.kube.fake import FakeGateway
+    from vllm_operator.kube.relist import PeriodicRelist
+
+    monkeypatch.setattr(registrations, "LIST_SWEEP_SECONDS", 0.01)
+    ctl, _, _, _ = setup()
+    clock = Clock()
+    cache = WatchCache(clock=clock)
+    fake = FakeGateway()
+    service = {
+        "apiVersion": "serving.vllm-operator.dev/v1alpha1",
+        "kind": "VLLMService",
+        "metadata": {"name": "edited", "namespace": "ml", "resourceVersion": "1"},
+    }
+    fake.add(service)
+    cache.observe(Kind.VLLM_SERVICE, None, service)
+    cache.observe(Kind.DEPLOYMENT, None, dict(owned("Deployment", "chat-l4", "chat")))
+    cache.mark_synced()
+    fake.objects[(Kind.VLLM_SERVICE, "ml", "edited")]["metadata"]["resourceVersion"] = "2"
+    relist = PeriodicRelist(fake, cache, rand=lambda: 0.5)
+    memo = kopf.Memo(controller=ctl, cache=cache, relist=relist)
+    clock.now = 601
+
+    async def one_round() -> list[tuple[str, str]]:
+        task = asyncio.get_running_loop().create_task(handlers._relist(memo, relist))
+        try:
+            for _ in range(500):  # bounded: 5 s
+                if len(ctl.queue.ready()) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            return sorted(ctl.queue.ready())
+        finally:
+            task.cancel()
+
+    assert asyncio.run(one_round()) == [("ml", "chat"), ("ml", "edited")]

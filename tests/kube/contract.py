@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import pytest
 import yaml
@@ -31,6 +31,7 @@ from vllm_operator.kube.gateway import (
     Obj,
     UnsupportedKindError,
 )
+from vllm_operator.kube.relist import PageLister
 from vllm_operator.reconcile.diff import needs_apply, owned_fields
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama-3.1-8b-l4.yaml"
@@ -266,6 +267,42 @@ class GatewayContract:
         ]
         assert (ns, name) in everywhere
         assert gw.list_services(ns + "-none") == []
+
+    def test_list_page_pages_a_label_selected_list_of_a_namespace_or_all(
+        self, harness: GatewayHarness
+    ) -> None:
+        """The watch cache's periodic complete list (kube/relist.py): pages that together hold
+        every selected object once, in one namespace or all of them."""
+        ns, gw = harness.namespace, harness.gateway
+        lister = cast(PageLister, gw)
+        for i in range(5):
+            gw.apply(deployment(ns, f"d{i}", labels={OWNER_LABEL: "x"}))
+        gw.apply(deployment(ns, "other", labels={"app": "other"}))
+        names: list[str] = []
+        token: str | None = None
+        pages = 0
+        while True:
+            items, token = lister.list_page(
+                Kind.DEPLOYMENT, ns, f"{OWNER_LABEL}=x", limit=2, continue_token=token
+            )
+            pages += 1
+            assert len(items) <= 2
+            names += [d["metadata"]["name"] for d in items]
+            if token is None:
+                break
+        assert sorted(names) == [f"d{i}" for i in range(5)] and pages == 3
+        everywhere, _ = lister.list_page(
+            Kind.DEPLOYMENT, None, f"{OWNER_LABEL}=x", limit=500, continue_token=None
+        )
+        assert {(ns, f"d{i}") for i in range(5)} <= {
+            (d["metadata"]["namespace"], d["metadata"]["name"]) for d in everywhere
+        }
+        created = harness.add_service(vllm_service(ns))
+        services, token = lister.list_page(
+            Kind.VLLM_SERVICE, ns, "", limit=500, continue_token=None
+        )
+        assert [s["metadata"]["name"] for s in services] == [created["metadata"]["name"]]
+        assert token is None
 
     def test_apply_status_of_a_missing_service_is_404(self, harness: GatewayHarness) -> None:
         with pytest.raises(GatewayError) as err:

@@ -179,6 +179,47 @@ def test_a_deployment_deleted_while_the_watches_reconnected_is_recreated() -> No
     assert (ready["status"], ready["message"]) == ("False", "0/1 replicas ready")
 
 
+def test_a_deployment_deleted_behind_a_quiet_cache_is_recreated_by_the_periodic_list() -> None:
+    """#32: with no re-list by Kopf (its watches resume), an object deleted with no event was
+    noticed only by the 12-minute expiry, which also re-read every unchanged service once per
+    expiry. The periodic complete list (kube/relist.py) finds it within one period; the
+    service owning it reconciles and recreates it, and nothing else is read."""
+    from vllm_operator.kube.relist import PeriodicRelist, backstop_ttl
+
+    fake = cluster()
+    fake.add(example("llama-3.1-8b-l4.yaml"))
+    seconds = Seconds()
+    cache = WatchCache(ttl=backstop_ttl(600), clock=seconds)
+    watch(fake, cache)
+    cache.mark_synced()
+    counter = ReadCounter(fake)
+    ctl = Controller(
+        CachedGateway(counter, cache),
+        HubArchitectureResolver(fake, OfflineHub()),
+        clock=lambda: T0,
+    )
+    ctl.reconcile("default", SERVICE)
+    make_ready(fake, "default", f"{SERVICE}-l4")
+    watch(fake, cache)
+    ctl.reconcile("default", SERVICE)
+    assert condition(status_of(fake, SERVICE), "Ready")["status"] == "True"
+    relist = PeriodicRelist(fake, cache, rand=lambda: 0.5)
+    reads = counter.reads.total()
+
+    del fake.objects[(Kind.DEPLOYMENT, "default", f"{SERVICE}-l4")]  # no event reaches us
+    seconds.now = 601
+    drifts = relist.run_due()
+    assert [(d.kind, d.gone) for d in drifts] == [(Kind.DEPLOYMENT, True)]
+    for drift in drifts:  # what the handlers' periodic-list task does
+        for key in owners_of(drift.obj):
+            ctl.enqueue(key)
+    assert ctl.run_due() == [("default", SERVICE)]
+    assert (Kind.DEPLOYMENT, "default", f"{SERVICE}-l4") in fake.objects  # recreated
+    ready = condition(status_of(fake, SERVICE), "Ready")
+    assert (ready["status"], ready["message"]) == ("False", "0/1 replicas ready")
+    assert counter.reads.total() - reads == 1  # the one re-read of the unbelieved Deployment
+
+
 def test_placement_in_a_namespace_restricted_operator_lists_no_pods() -> None:
     """#32: with `run --namespace` the watch cache could not answer the GPU inventory (other
     namespaces' pods hold GPUs too), so every Preferred reconcile and evaluation listed every

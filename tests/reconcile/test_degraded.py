@@ -215,9 +215,14 @@ def test_each_crash_class_is_degraded_with_its_reason_until_the_pool_runs_clean(
     ctl.reconcile(NS, NAME)
     assert degraded(gw)["reason"] == expected.value
 
-    # Ready again, no termination since: the pool runs clean and Degraded clears.
+    # Ready again, no termination since: the pool runs clean, but the crash is still inside
+    # the window (300 s by default), where it would count as new again: Degraded stays (#32).
     clock.now += INTERVAL
     put_pod(gw, ready=True, restarts=2, terminated=termination(reason, code, crashed))
+    ctl.evaluate(NS, NAME)
+    assert degraded(gw)["reason"] == expected.value
+    # Once the crash has left the window, Degraded clears.
+    clock.now = crashed + timedelta(seconds=301)
     ctl.evaluate(NS, NAME)
     cond = degraded(gw)
     assert (cond["status"], cond["reason"]) == ("False", Reason.AS_EXPECTED.value), cond
@@ -367,3 +372,37 @@ def test_degraded_reports_crashes_whatever_the_remediation_mode(mode: str) -> No
     assert (cond["status"], cond["reason"]) == ("True", Reason.HOST_OOM.value), cond
     assert status_of(gw, NAME).get("overrides", []) == []
     assert gw.objects[(Kind.DEPLOYMENT, NS, "llama-8b-chat-l4")]["spec"]["template"] == args
+
+
+def test_a_restart_of_a_ready_pod_inside_the_window_does_not_flap_degraded() -> None:
+    """#32 fault: a Ready pod whose container restarted inside `windowSeconds` made Degraded
+    flip True/False on successive evaluations (the finding was cleared because the pool ran
+    clean, and the next evaluation, with no finding to compare against, took the same
+    termination for a new crash), with a Warning Event and a status write each time. Degraded
+    is True while the restart is inside the window and False once it has left it: one transition
+    each way, one Event for the crash, no write while nothing changes."""
+    gw, ctl, clock = setup()
+    window = timedelta(seconds=300)  # the default windowSeconds
+    crashed = T0 - timedelta(seconds=20)
+    put_pod(gw, ready=True, restarts=1, terminated=termination("Error", 1, crashed))
+    seen: list[str] = []
+    writes: list[int] = []
+    step = timedelta(seconds=30)  # the default evaluation interval
+    while clock.now <= crashed + window + 4 * step:
+        before = gw.writes["status"]
+        ctl.evaluate(NS, NAME)
+        writes.append(gw.writes["status"] - before)
+        seen.append(degraded(gw)["status"])
+        clock.now += step
+    # True from the first evaluation while the restart is inside the window, then False.
+    inside = [s for s in seen if s == "True"]
+    assert seen == ["True"] * len(inside) + ["False"] * (len(seen) - len(inside)), seen
+    assert 0 < len(inside) < len(seen)
+    warnings = [e for e in gw.events if e.type == "Warning"]
+    assert [e.reason for e in warnings] == [Reason.CRASHING.value], warnings
+    # Status is written at the two transitions only (the evaluation's finding and the
+    # reconcile's condition), never while nothing changes.
+    assert [i for i, n in enumerate(writes) if n] == [0, len(inside)], writes
+    # The last "True" evaluation was inside the window, the first "False" one outside.
+    last_true = T0 + step * (len(inside) - 1)
+    assert last_true - crashed <= window < last_true + step - crashed

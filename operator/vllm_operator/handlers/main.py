@@ -16,8 +16,9 @@ from vllm_operator.hub.resolver import HubArchitectureResolver, NoTokenSecrets, 
 from vllm_operator.kube.cache import CachedGateway, WatchCache
 from vllm_operator.kube.client import ApiGateway, connection_info, in_cluster, load_config
 from vllm_operator.kube.inventory import ApiBoundPods, OutsidePodWatch
+from vllm_operator.kube.relist import RELIST_SECONDS, PeriodicRelist, backstop_ttl
 from vllm_operator.kube.webhook_tls import WebhookCertificates
-from vllm_operator.metrics.operator_metrics import REGISTRY
+from vllm_operator.metrics.operator_metrics import API_READS, REGISTRY
 from vllm_operator.metrics.signals import (
     BYTES_TO_GIB,
     DCGM_FB_USED,
@@ -124,6 +125,11 @@ def _renew_forever(certs: WebhookCertificates) -> None:
             log.warning("Failed to renew the webhook certificates error=%s", exc)
 
 
+RELIST_SECONDS_ENV = "VLLM_OPERATOR_RELIST_SECONDS"
+"""Overrides the watch cache's periodic list period (kube/relist.py RELIST_SECONDS), e.g. for a
+benchmark whose steady window must hold one round (hack/bench_controller.py)."""
+
+
 def run_operator(
     *,
     namespaces: list[str],
@@ -149,7 +155,17 @@ def run_operator(
     secrets: SecretReader = api if read_token_secrets else NoTokenSecrets()
     # Reads come from the watch caches Kopf's handlers feed; what still reaches the API server
     # (before the initial sync, on a miss or after a conflict) is counted below the cache.
-    cache = WatchCache(namespaces)
+    # One complete list per cached kind every `relist_seconds` (kube/relist.py) re-confirms
+    # what no event changed; the per-entry expiry is only the backstop for failing lists.
+    relist_seconds = float(os.environ.get(RELIST_SECONDS_ENV) or RELIST_SECONDS)
+    cache = WatchCache(namespaces, ttl=backstop_ttl(relist_seconds))
+    relist = PeriodicRelist(
+        api,
+        cache,
+        namespaces,
+        period=relist_seconds,
+        count=lambda what: API_READS.labels(what).inc(),
+    )
     gateway = CachedGateway(CountingGateway(api, count_reads=True, count_writes=False), cache)
     if namespaces and cluster_pod_inventory:
         # The GPU pods of the other namespaces, for placement's and the canary's free GPUs
@@ -194,6 +210,7 @@ def run_operator(
         in_cluster=in_cluster(),
         cache=cache,
         webhook_server=server,
+        relist=relist,
     )
     start_http_server(metrics_port, registry=REGISTRY)
     log.info("Started metrics endpoint port=%s", metrics_port)

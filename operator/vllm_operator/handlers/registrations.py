@@ -21,6 +21,7 @@ import kopf
 from vllm_operator.api.service import GROUP, PLURAL, VERSION
 from vllm_operator.kube.cache import WatchCache
 from vllm_operator.kube.gateway import LWS_GROUP, LWS_PLURAL, LWS_VERSION, Kind
+from vllm_operator.kube.relist import PeriodicRelist
 from vllm_operator.reconcile.controller import Controller
 from vllm_operator.reconcile.slices import slice_products
 from vllm_operator.reconcile.triggers import owners_of, service_of_group_pod
@@ -47,6 +48,7 @@ def operator_memo(
     in_cluster: bool = False,
     webhook_server: kopf.WebhookServer | None = None,
     cache: WatchCache | None = None,
+    relist: PeriodicRelist | None = None,
 ) -> kopf.Memo:
     """What every handler receives as `memo` (passed to `kopf.run(memo=...)`).
 
@@ -62,6 +64,7 @@ def operator_memo(
         webhook_server=webhook_server,
         admission_pool=concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="webhook"),
         cache=cache,
+        relist=relist,
     )
 
 
@@ -114,13 +117,18 @@ def _watched(memo: kopf.Memo, kind: Kind, event_type: str | None, body: kopf.Bod
         cache.listed(kind, dict(body))
 
 
-def _keys_of_gone(memo: kopf.Memo, kind: Kind, obj: dict[str, Any]) -> list[tuple[str, str]]:
-    """The services concerned by an object a complete list no longer returned."""
+def _keys_of_gone(
+    memo: kopf.Memo, kind: Kind, obj: dict[str, Any], gone: bool = True
+) -> list[tuple[str, str]]:
+    """The services concerned by an object a complete list no longer returned (or, `gone`
+    False, returned at a version the cache did not hold: kube/relist.py)."""
     meta = obj.get("metadata") or {}
     if kind is Kind.VLLM_SERVICE:
         return [(str(meta.get("namespace") or "default"), str(meta.get("name", "")))]
     if kind is Kind.NODE:
-        return _controller(memo).triggers.services_affected_by_node(obj, deleted=True)
+        return _controller(memo).triggers.services_affected_by_node(obj, deleted=gone)
+    if kind is Kind.RESOURCE_SLICE:
+        return _controller(memo).triggers.services_affected_by_products(slice_products(obj))
     if kind is Kind.POD:
         instance = (meta.get("labels") or {}).get(LABEL_INSTANCE)
         return [(str(meta.get("namespace", "")), str(instance))] if instance else []
@@ -140,12 +148,29 @@ async def _end_lists(memo: kopf.Memo, cache: WatchCache) -> None:
             logging.getLogger(__name__).exception("Failed to finish a listing")
 
 
+async def _relist(memo: kopf.Memo, relist: PeriodicRelist) -> None:
+    """The watch cache's periodic complete list (kube/relist.py): the lists on a worker thread,
+    the services concerned by what they found enqueued on the event loop (like `_end_lists`)."""
+    while True:
+        await asyncio.sleep(max(relist.seconds_until_due(), LIST_SWEEP_SECONDS))
+        try:
+            for drift in await asyncio.to_thread(relist.run_due):
+                _enqueue(memo, _keys_of_gone(memo, drift.kind, drift.obj, drift.gone))
+        except Exception:  # never end the loop
+            logging.getLogger(__name__).exception("Failed a periodic list")
+
+
 @kopf.on.startup()
 async def start_list_sweeper(memo: kopf.Memo, **_: Any) -> None:
     cache: WatchCache | None = memo.get("cache")
     if cache is not None:
         memo["background_tasks"].append(
             asyncio.get_running_loop().create_task(_end_lists(memo, cache))
+        )
+    relist: PeriodicRelist | None = memo.get("relist")
+    if relist is not None:
+        memo["background_tasks"].append(
+            asyncio.get_running_loop().create_task(_relist(memo, relist))
         )
 
 

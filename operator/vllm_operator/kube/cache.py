@@ -23,18 +23,23 @@ Rules that keep the memory view correct:
   and kube/inventory.py's watch of the other namespaces' GPU pods, also for its first list.
 - A write that conflicted drops the object: the next read goes to the API server (a conflict
   means our view was wrong).
-- Every entry expires `ttl` seconds after it was last confirmed by an event, a write or a
-  listing. Kopf (1.45, kopf/_cogs/clients/watching.py `continuous_watch`) lists a kind once and
-  then resumes its watch from the last resourceVersion each time the server ends it (every
+- Kopf (1.45, kopf/_cogs/clients/watching.py `continuous_watch`) lists a kind once and then
+  resumes its watch from the last resourceVersion each time the server ends it (every
   `settings.watching.server_timeout`): a resumed watch delivers every change, deletions
   included, so nothing is missed, but nothing re-confirms an object that did not change either.
   It lists again only when the watch cannot resume (410 Gone) or the stream fails; then the
-  sweep below applies. An object deleted while no watch was open and whose listing returned
-  nothing at all (no event reaches the handlers) is noticed only by expiry: a read that meets
-  an expired entry goes to the API server, and a list answered there replaces what the cache
-  holds for that selection (what it does not return is gone). The cost of this backstop: each
-  unchanged service's objects are read again once per `ttl` (at 1000 services ~1.4 pod lists a
-  second, docs/controller-benchmark.md "Fourth round").
+  sweep below applies. So every cached kind is also listed completely once per ~10 minutes by
+  one task (kube/relist.py, `relisted` and `end_relist`, #32): what it returns is confirmed (and
+  what it returns at a version the cache did not hold is handed back as drift), what it does
+  not return is no longer believed, as after a re-list below. A quiet cluster so costs a few
+  paginated lists per period, not a read per service.
+- Every entry expires `ttl` seconds after it was last confirmed by an event, a write or a
+  listing: a read that meets an expired entry goes to the API server, and a list answered there
+  replaces what the cache holds for that selection (what it does not return is gone). Beside
+  the periodic list this is only the backstop for lists that keep failing
+  (kube/relist.py `backstop_ttl`, three periods); without it (the per-entry expiry alone, 12
+  minutes) each unchanged service's objects were read again once per expiry, ~1.4 pod lists a
+  second at 1000 services (docs/controller-benchmark.md "Fourth round").
 - A complete list is the full truth (#32). Kopf re-lists a kind when its watch cannot resume
   (410 Gone, e.g. after an API-server restart) and delivers every listed object as an event of
   type None; an object deleted while no watch was open gets no DELETED event. The handlers pass
@@ -43,7 +48,7 @@ Rules that keep the memory view correct:
   began) and hands it back, so that the services owning it reconcile (a Deployment deleted
   while the watches were reconnecting is recreated, and status does not report readiness from
   an object that no longer exists). Only the namespaces the listing covered are swept; a
-  listing that returns nothing sends no event, and there the expiry below stays the backstop.
+  listing that returns nothing sends no event, and there the periodic list (above) finds it.
 - Reads return copies: callers may modify what they get without touching the cache.
 - Objects are kept as compact JSON text (with their labels and resourceVersion beside it) and
   decoded on read: a Deployment is ~9 KB of JSON but ~50 KB as Python dicts, and a read needs a
@@ -103,7 +108,8 @@ _TOMBSTONES_MAX = 10_000
 DEFAULT_TTL_SECONDS = 720.0
 """Twice the watch's client timeout (330 s, handlers/registrations.py) plus a minute: an entry no
 event, write or listing confirmed for that long is read again from the API server (the backstop
-for a deletion no watch or listing reported; see the module docstring)."""
+for a deletion no watch or listing reported; see the module docstring). The operator sets a
+longer one beside its periodic list (kube/relist.py `backstop_ttl`, handlers/main.py)."""
 
 Key = tuple[str, str]  # namespace ("" for nodes), name
 
@@ -196,6 +202,17 @@ _OBSERVATIONS_TEXT = '"observations":[{'
 
 def _matches(labels: dict[str, str], selector: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _log_unlisted(gone: list[tuple[Kind, Obj]]) -> None:
+    for kind, obj in gone:
+        meta = obj.get("metadata") or {}
+        log.info(
+            "Marked an object a complete list did not return for a re-read kind=%s object=%s/%s",
+            kind,
+            meta.get("namespace", ""),
+            meta.get("name", ""),
+        )
 
 
 class WatchCache:
@@ -381,23 +398,68 @@ class WatchCache:
                 self._listed_before.add(kind)
                 if first or not self._synced:
                     continue  # the start's listing filled the cache: nothing there is old
-                for key, entry in self._objects[kind].items():
-                    if (
-                        key[0] in listing.namespaces
-                        and key not in listing.keys
-                        and self._seen.get((kind, key), now) < listing.started
-                        and (kind, key) not in self._unconfirmed
-                    ):
-                        self._unconfirmed.add((kind, key))
-                        gone.append((kind, entry.decode()))
-        for kind, obj in gone:
-            meta = obj.get("metadata") or {}
-            log.info(
-                "Marked an object a complete list did not return for a re-read kind=%s object=%s/%s",
-                kind,
-                meta.get("namespace", ""),
-                meta.get("name", ""),
+                covered = listing.namespaces.__contains__
+                gone += [
+                    (kind, obj)
+                    for obj in self._unbelieve(kind, covered, listing.keys, listing.started)
+                ]
+        _log_unlisted(gone)
+        return gone
+
+    def _unbelieve(
+        self, kind: Kind, covered: Callable[[str], bool], listed: set[Key], started: float
+    ) -> list[Obj]:
+        """Mark what a complete list of `kind` (over the namespaces `covered` accepts) did not
+        return, and nothing confirmed since the list began, as unconfirmed (under the guard);
+        returns those objects."""
+        gone: list[Obj] = []
+        for key, entry in self._objects[kind].items():
+            if (
+                covered(key[0])
+                and key not in listed
+                and self._seen.get((kind, key), started) < started
+                and (kind, key) not in self._unconfirmed
+            ):
+                self._unconfirmed.add((kind, key))
+                gone.append(entry.decode())
+        return gone
+
+    # -- the periodic complete list (kube/relist.py) ---------------------------------------------
+
+    def now(self) -> float:
+        """The cache's clock: a periodic list notes when it began by it."""
+        return self._clock()
+
+    def relisted(self, kind: Kind, objs: Iterable[Obj]) -> list[Obj]:
+        """A page of a periodic complete list: each object is stored (newer wins), which
+        confirms it; returns those whose version the cache did not hold (created or changed
+        while no event reached it), so that their services reconcile. In a quiet cluster the
+        watch has delivered everything and this returns nothing."""
+        drifted: list[Obj] = []
+        for obj in objs:
+            key = _key(obj)
+            with self._guard:
+                current = self._objects[kind].get(key)
+                held = key in self._foreign[kind] or current is not None
+                held_rv = current.rv if current is not None else self._foreign[kind].get(key)
+            if self.store(kind, obj) and (not held or _rv(obj) != held_rv):
+                drifted.append(obj)
+        return drifted
+
+    def end_relist(
+        self, kind: Kind, namespace: str | None, listed: set[Key], started: float
+    ) -> list[Obj]:
+        """A periodic complete list of `kind` in `namespace` (None: every namespace) that began
+        at `started` (`now`) returned `listed`: what it did not return is no longer believed,
+        as after a re-list (`end_lists`): read again via the API server (`read_missing`
+        removes it on a 404), and returned so that the services owning it reconcile."""
+        if not self._synced:
+            return []
+        with self._guard:
+            gone = self._unbelieve(
+                kind, lambda ns: namespace is None or ns == namespace, listed, started
             )
+        _log_unlisted([(kind, obj) for obj in gone])
         return gone
 
     def read_missing(self, kind: Kind, namespace: str, name: str) -> None:

@@ -31,6 +31,7 @@ from vllm_operator.kube.gateway import (
     LWS_PLURAL,
     LWS_VERSION,
     READ_KINDS,
+    RELISTED_KINDS,
     ConflictError,
     EventRecord,
     GatewayError,
@@ -295,6 +296,73 @@ class ApiGateway:
             raise _wrap(exc, f"list VLLMService in {namespace or 'all namespaces'}") from exc
         items: list[Obj] = self._raw(raw)["items"]
         return items
+
+    def list_page(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        label_selector: str,
+        *,
+        limit: int,
+        continue_token: str | None,
+    ) -> tuple[list[Obj], str | None]:
+        """One page of a list of every `kind` object (in `namespace`, or every namespace; nodes
+        and ResourceSlices are cluster-scoped) matching `label_selector`: (items, the continue
+        token of the next page or None). Pages share the first page's snapshot; an expired
+        token is a GatewayError with status 410 (list again from the start). The watch cache's
+        periodic re-list (kube/relist.py) is its only user."""
+        require_kind(kind, RELISTED_KINDS, "list pages of")
+        kwargs: dict[str, Any] = {
+            "label_selector": label_selector or None,
+            "limit": limit,
+            "_continue": continue_token,
+            "_preload_content": False,
+        }
+        custom = {Kind.VLLM_SERVICE: (GROUP, VERSION, PLURAL), Kind.LEADER_WORKER_SET: _LWS}
+        namespaced: dict[Kind, tuple[Any, Any]] = {
+            Kind.DEPLOYMENT: (
+                self.apps.list_namespaced_deployment,
+                self.apps.list_deployment_for_all_namespaces,
+            ),
+            Kind.SERVICE: (
+                self.core.list_namespaced_service,
+                self.core.list_service_for_all_namespaces,
+            ),
+            Kind.PDB: (
+                self.policy.list_namespaced_pod_disruption_budget,
+                self.policy.list_pod_disruption_budget_for_all_namespaces,
+            ),
+            Kind.POD: (self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces),
+            Kind.RESOURCE_CLAIM_TEMPLATE: (
+                self.resource.list_namespaced_resource_claim_template,
+                self.resource.list_resource_claim_template_for_all_namespaces,
+            ),
+        }
+        where = namespace or "all namespaces"
+        raw: Any
+        try:
+            if kind is Kind.NODE:
+                raw = self.core.list_node(**kwargs)
+            elif kind is Kind.RESOURCE_SLICE:
+                raw = self.resource.list_resource_slice(**kwargs)
+            elif kind in custom:
+                group, version, plural = custom[kind]
+                if namespace is None:
+                    raw = self.custom.list_cluster_custom_object(group, version, plural, **kwargs)
+                else:
+                    raw = self.custom.list_namespaced_custom_object(
+                        group, version, namespace, plural, **kwargs
+                    )
+            elif namespace is None:
+                raw = namespaced[kind][1](**kwargs)
+            else:
+                raw = namespaced[kind][0](namespace, **kwargs)
+        except ApiException as exc:
+            raise _wrap(exc, f"list {kind} in {where}") from exc
+        body = self._raw(raw)
+        items: list[Obj] = body.get("items") or []
+        token = (body.get("metadata") or {}).get("continue") or None
+        return items, token
 
     def gpu_requests_by_node(self) -> dict[str, dict[str, int]]:
         # Field-selective, label-independent: only pods bound to a node and not ended (what

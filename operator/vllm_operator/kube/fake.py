@@ -36,6 +36,7 @@ from vllm_operator.kube.gateway import (
     DELETED_KINDS,
     LISTED_KINDS,
     READ_KINDS,
+    RELISTED_KINDS,
     ConflictError,
     EventRecord,
     GatewayError,
@@ -292,6 +293,8 @@ class FakeGateway:
         self.fail_next: list[GatewayError] = []
         self.logs: dict[tuple[str, str], str] = {}
         self.evictions: list[tuple[str, str]] = []
+        # `list_page` calls per kind (the periodic re-list's reads, kube/relist.py).
+        self.pages: Counter[Kind] = Counter()
         self.refuse_evictions = False
         self._uids = itertools.count(1)
         self._versions = itertools.count(1)
@@ -419,6 +422,36 @@ class FakeGateway:
             for (k, ns, _), o in sorted(self.objects.items())
             if k == Kind.VLLM_SERVICE and namespace in (None, ns)
         ]
+
+    def list_page(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        label_selector: str,
+        *,
+        limit: int,
+        continue_token: str | None,
+    ) -> tuple[list[Obj], str | None]:
+        """`ApiGateway.list_page` in memory: the continue token is the next item's index (no
+        snapshot: a test changes nothing between the pages of one list)."""
+        require_kind(kind, RELISTED_KINDS, "list pages of")
+        self.pages[kind] += 1
+        selector = dict(part.split("=", 1) for part in label_selector.split(",") if part)
+        if kind is Kind.NODE:
+            found = list(self.nodes)
+        elif kind is Kind.RESOURCE_SLICE:
+            found = list(self.resource_slices)
+        else:
+            found = [
+                o
+                for (k, ns, _), o in sorted(self.objects.items())
+                if k == kind and namespace in (None, ns)
+            ]
+        found = [o for o in found if _labels_match(o, selector)]
+        start = int(continue_token or 0)
+        page = found[start : start + limit]
+        more = start + limit < len(found)
+        return copy.deepcopy(page), str(start + limit) if more else None
 
     def gpu_requests_by_node(self) -> dict[str, dict[str, int]]:
         pods = [o for (k, _, _), o in sorted(self.objects.items()) if k is Kind.POD]

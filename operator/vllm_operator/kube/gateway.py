@@ -81,6 +81,21 @@ READ_KINDS: frozenset[Kind] = APPLIED_KINDS | {Kind.VLLM_SERVICE}
 LISTED_KINDS: frozenset[Kind] = frozenset({*POOL_KINDS, Kind.POD, Kind.RESOURCE_CLAIM_TEMPLATE})
 """What `list_owned` lists: owned pools and claim templates to prune, and their pods."""
 
+RELISTED_KINDS: frozenset[Kind] = frozenset(
+    {
+        *POOL_KINDS,
+        Kind.SERVICE,
+        Kind.PDB,
+        Kind.POD,
+        Kind.RESOURCE_CLAIM_TEMPLATE,
+        Kind.VLLM_SERVICE,
+        Kind.NODE,
+        Kind.RESOURCE_SLICE,
+    }
+)
+"""What `list_page` lists: every kind the watch cache keeps (kube/cache.py CACHED_KINDS), for its
+periodic complete list (kube/relist.py)."""
+
 DELETED_KINDS: frozenset[Kind] = frozenset(
     {*POOL_KINDS, Kind.RESOURCE_CLAIM_TEMPLATE, Kind.SERVICE, *ROUTING_KINDS}
 )

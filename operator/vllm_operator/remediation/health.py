@@ -4,8 +4,15 @@ Why apart from the policy: the policy decides *steps* and only acts on memory fa
 step makes the crash that caused it old news (the next evaluation sees nothing new). Degraded must
 say what the pods do, not what the operator last did: it is True for every crash class and for a
 startup that outlived its budget, and stays True until the pool runs clean again (every desired
-replica Ready, none crash-looping, no termination since the finding). The evaluator keeps the
-finding in status.pools[].failure; the reconcile folds it into the Degraded condition.
+replica Ready, none crash-looping, no termination since the finding) and the finding's
+termination has left the window. The evaluator keeps the finding in status.pools[].failure; the
+reconcile folds it into the Degraded condition.
+
+Why the window holds a finding: a termination within the window is what makes a crash new when
+there is no finding, so clearing the finding while it is still inside made the next evaluation
+find it again: a Ready pod that restarted once flipped Degraded on every evaluation for
+`windowSeconds`, with an Event and a status write each time (#32). With the same rule for
+setting and for clearing, Degraded is a function of what the pods report and the clock.
 
 Pure: the clock is the `now` argument and every input is a value.
 """
@@ -170,7 +177,9 @@ def pool_failure(
     A crash is new when it finished after the previous finding's termination (without one: within
     `window`, or the pod is in CrashLoopBackOff); the newest new crash wins. A stall is reported
     for the longest-running stalled pod. Otherwise the previous finding stands until the pool runs
-    clean; a stall also ends when no pod is stalled any more (the pod became Ready or restarted).
+    clean and its termination is older than `window` (a crash still inside it would be new again
+    without the finding); a stall also ends when no pod is stalled any more (the pod became Ready
+    or restarted).
     """
     crashes = [p for p in pool.pods if _is_new_crash(p, previous, now, window)]
     if crashes:
@@ -197,9 +206,10 @@ def pool_failure(
                 else now,
                 last_termination=previous.last_termination if previous is not None else None,
             )
-    if previous is None or runs_clean(pool):
+    if previous is None or previous.reason == Reason.STARTUP_STALLED:
         return None
-    if previous.reason == Reason.STARTUP_STALLED:
+    recent = previous.last_termination is not None and now - previous.last_termination <= window
+    if runs_clean(pool) and not recent:
         return None
     return previous
 
