@@ -64,18 +64,8 @@ def pod_body() -> dict[str, Any]:
     }
 
 
-def test_a_service_keeps_kopfs_own_essence() -> None:
-    body = kopf.Body(cast(Any, service_body()))
-    essence = storage().build(body=body)
-    assert essence == kopfs_own().build(body=body)
-    assert essence["spec"] == service_body()["spec"]
-    assert essence["metadata"] == {"labels": {"team": "a"}, "annotations": {"note": "kept"}}
-
-
-def test_a_kind_without_change_detecting_handlers_is_neither_copied_nor_diffed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    body = kopf.Body(cast(Any, pod_body()))
+def counting_copies(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every object `copy.deepcopy` is called on from now on (Kopf's storages call it)."""
     copies: list[object] = []
     original = copy.deepcopy
 
@@ -84,6 +74,31 @@ def test_a_kind_without_change_detecting_handlers_is_neither_copied_nor_diffed(
         return original(obj, memo)
 
     monkeypatch.setattr(copy, "deepcopy", counting)
+    return copies
+
+
+def test_a_service_keeps_kopfs_own_essence_without_copying_its_status(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    raw = service_body()
+    body = kopf.Body(cast(Any, raw))
+    expected = kopfs_own().build(body=body)
+    copies = counting_copies(monkeypatch)
+    essence = storage().build(body=body)
+    assert essence == expected
+    assert copies  # the spec, labels and annotations are copied, as Kopf does
+    assert not any(
+        c is raw["status"] or c is raw["metadata"]["managedFields"] or c is raw for c in copies
+    )
+    assert essence["spec"] == service_body()["spec"]
+    assert essence["metadata"] == {"labels": {"team": "a"}, "annotations": {"note": "kept"}}
+
+
+def test_a_kind_without_change_detecting_handlers_is_neither_copied_nor_diffed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    body = kopf.Body(cast(Any, pod_body()))
+    copies = counting_copies(monkeypatch)
     assert kopfs_own().build(body=body)  # Kopf's own storage copies the pod (seen here)
     assert copies
     copies.clear()

@@ -13,7 +13,8 @@ pods and Deployments, whose essences nothing read.
 
 `SelectiveDiffBaseStorage` is Kopf's own annotations storage with one change: a body whose
 apiVersion and kind are not in `changing` gets an empty essence without any copy. The VLLMService
-keeps Kopf's full behaviour (the same essence, fetch and store). The kinds are named where the
+keeps Kopf's behaviour (the same essence, fetch and store), built from the body without its status
+and managedFields, which Kopf's essence drops anyway after copying them. The kinds are named where the
 handlers are registered (handlers/registrations.py `CHANGING_KINDS`);
 tests/handlers/test_kopf_essence.py checks that Kopf's registry holds change-detecting handlers,
 daemons and timers for no other resource, so a handler added for another kind later fails a test
@@ -23,7 +24,7 @@ instead of silently diffing empty essences.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -44,7 +45,15 @@ class SelectiveDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
             # body without apiVersion or kind, which Kopf's listings and watches never hand
             # over, keeps Kopf's essence.)
             return kopf.BodyEssence()
-        return super().build(body=body, extra_fields=extra_fields)
+        if extra_fields:
+            return super().build(body=body, extra_fields=extra_fields)
+        # Kopf's essence drops the status and all metadata but labels and annotations after
+        # copying them; leaving the status and managedFields out before the copy gives the same
+        # essence for a fraction of the copying (a converged service's status is most of it).
+        meta = body.get("metadata") or {}
+        slim = {k: v for k, v in body.items() if k != "status"}
+        slim["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+        return super().build(body=kopf.Body(cast(Any, slim)), extra_fields=None)
 
 
 __all__ = ["ApiKind", "SelectiveDiffBaseStorage"]
