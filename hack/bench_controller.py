@@ -291,16 +291,23 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             server_base = apiserver_writes(kube)
             objs = services(n)
             start = time.monotonic()
+            created_at: dict[str, float] = {}
             for obj in objs:
                 kube.create(obj)
+                created_at[obj["metadata"]["name"]] = time.monotonic()
             created = time.monotonic() - start
 
             # When each share of the services first had status (the shape of the converge).
             reached: dict[int, float] = {}
+            # Per service: from its create to the first poll (1 s) that saw its status.
+            lag: dict[str, float] = {}
 
             def converged() -> bool:
                 items = kube.list(f"{GROUP}/namespaces/{NAMESPACE}/vllmservices")
                 done = [i for i in items if (i.get("status") or {}).get("observedGeneration") == 1]
+                now = time.monotonic()
+                for i in done:
+                    lag.setdefault(i["metadata"]["name"], now - created_at[i["metadata"]["name"]])
                 for share in (10, 50, 90, 99, 100):
                     if share not in reached and len(done) * 100 >= share * len(objs):
                         reached[share] = time.monotonic() - start
@@ -314,6 +321,10 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             at_converged = Sample.take(op).minus(base)
             server_writes = apiserver_writes(kube) - server_base
             converge_reconciles = op.reconciles()
+            final = op.metrics()
+            reconcile_seconds = sum(
+                v for k, v in final.items() if k.startswith("vllm_operator_reconcile_seconds_sum")
+            )
         finally:
             if profiler is not None:
                 profiler.stop()
@@ -323,8 +334,10 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         if args.converge_only:
             if args.keep_log:
                 shutil.copy(state / "operator.log", args.keep_log)
+            lags = sorted(lag.values())
             return _converge_lines(
                 reached,
+                (lags[len(lags) // 2], lags[len(lags) * 9 // 10], reconcile_seconds),
                 n,
                 load_before,
                 created,
@@ -548,6 +561,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
 
 def _converge_lines(
     reached: dict[int, float],
+    latency: tuple[float, float, float],
     n: int,
     load_before: tuple[float, float, float],
     created: float,
@@ -566,7 +580,8 @@ def _converge_lines(
         f"- client creates {created:.1f} s; converged {seconds:.1f} s after the first create "
         "(services with status at: "
         + ", ".join(f"{k} % {v:.1f} s" for k, v in sorted(reached.items()))
-        + ")",
+        + f"; from a service's create to its status: p50 {latency[0]:.1f} s, "
+        f"p90 {latency[1]:.1f} s; reconcile time summed over workers {latency[2]:.1f} s)",
         f"- operator CPU {at.cpu:.1f} s ({1000 * at.cpu / n:.1f} ms per service); "
         f"reconciles {reconciles:.0f} ({reconciles / n:.2f} per service)",
         f"- operator writes {at.writes:.0f} ({at.writes / n:.2f} per service): "
