@@ -336,6 +336,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
                 if args.profile_out:
                     shutil.copy(profiler.out, args.profile_out)
         if args.converge_only:
+            op.stop()
             if args.keep_log:
                 shutil.copy(state / "operator.log", args.keep_log)
             lags = sorted(lag.values())
