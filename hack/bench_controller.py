@@ -280,6 +280,8 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         )
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         op = OperatorProcess(cluster.kubeconfig, state / "operator.log", [NAMESPACE])
+        if args.workers:
+            op.start_args = ["--workers", str(args.workers)]
         op.start()
         assert op.proc is not None
         pid = op.proc.pid
@@ -678,6 +680,9 @@ def main() -> int:
         "--profile-gil",
         action="store_true",
         help="with --profile: sample only the thread holding the GIL (CPU, not waits)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=0, help="the operator's --workers (0: its default)"
     )
     parser.add_argument("--keep-log", type=Path, default=None, help="copy the operator's log")
     parser.add_argument(
