@@ -145,6 +145,29 @@ def placement_deadline(kube: Any, objs: list[dict[str, Any]]) -> float:
     return max(since) + spill + 5.0 if since else 0.0
 
 
+_REQUEST = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$")
+_MUTATING = {"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
+
+
+def apiserver_writes(kube: Any) -> Counter[str]:
+    """The API server's own count of mutating requests by verb and resource (every client: the
+    bench's creates, the operator's applies, status patches and Events, Kopf's annotation
+    patches, the controllers' writes), from its /metrics."""
+    out: Counter[str] = Counter()
+    for line in kube.read_text("/metrics").splitlines():
+        match = _REQUEST.match(line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match[1]))
+        if labels.get("verb") not in _MUTATING or labels.get("dry_run"):
+            continue
+        resource = labels.get("resource", "")
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        out[f"{labels['verb']} {resource}"] += int(float(match[2]))
+    return out
+
+
 def kinds(counts: dict[str, float]) -> str:
     return ", ".join(f"{k}: {v:.0f}" for k, v in sorted(counts.items())) or "none"
 
@@ -160,7 +183,7 @@ def py_spy() -> str:
 class Profiler:
     """py-spy attached to the operator (every thread), writing collapsed stacks."""
 
-    def __init__(self, pid: int, out: Path) -> None:
+    def __init__(self, pid: int, out: Path, gil: bool = False) -> None:
         exe = py_spy()
         self.out = out
         self.proc = subprocess.Popen(
@@ -172,6 +195,9 @@ class Profiler:
                 "-r",
                 "50",
                 "--nonblocking",
+                # --gil: only the thread holding the GIL, i.e. where the Python CPU goes (waits
+                # on sockets and locks are left out).
+                *(["--gil"] if gil else []),
                 "-f",
                 "raw",
                 "-o",
@@ -254,35 +280,80 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         )
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         op = OperatorProcess(cluster.kubeconfig, state / "operator.log", [NAMESPACE])
+        if args.workers:
+            op.start_args = ["--workers", str(args.workers)]
         op.start()
         assert op.proc is not None
         pid = op.proc.pid
-        profiler = Profiler(pid, state / "profile.txt") if args.profile else None
+        profiler = (
+            Profiler(pid, state / "profile.txt", gil=args.profile_gil) if args.profile else None
+        )
         try:
             base = Sample.take(op)
+            server_base = apiserver_writes(kube)
             objs = services(n)
-            start = time.monotonic()
-            for obj in objs:
-                kube.create(obj)
-            created = time.monotonic() - start
+            # When each share of the services first had status (the shape of the converge).
+            reached: dict[int, float] = {}
+            # Per service: from its create to the first poll that saw its status.
+            lag: dict[str, float] = {}
 
             def converged() -> bool:
                 items = kube.list(f"{GROUP}/namespaces/{NAMESPACE}/vllmservices")
                 done = [i for i in items if (i.get("status") or {}).get("observedGeneration") == 1]
+                now = time.monotonic()
+                for i in done:
+                    lag.setdefault(i["metadata"]["name"], now - created_at[i["metadata"]["name"]])
+                for share in (10, 50, 90, 99, 100):
+                    if share not in reached and len(done) * 100 >= share * len(objs):
+                        reached[share] = time.monotonic() - start
                 if len(done) < len(objs):
                     return False
                 deps = kube.list(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments")
                 return len(deps) >= _planned(done)
 
+            start = time.monotonic()
+            created_at: dict[str, float] = {}
+            for i, obj in enumerate(objs, 1):
+                kube.create(obj)
+                created_at[obj["metadata"]["name"]] = time.monotonic()
+                if args.converge_only and i % 25 == 0:
+                    converged()  # the shape while the client still creates (a list per 25)
+            created = time.monotonic() - start
+
             wait_for(converged, timeout=1200, interval=1.0, what="all services converged")
             seconds = time.monotonic() - start
             at_converged = Sample.take(op).minus(base)
+            server_writes = apiserver_writes(kube) - server_base
+            converge_reconciles = op.reconciles()
+            final = op.metrics()
+            reconcile_seconds = sum(
+                v
+                for k, v in final.items()
+                if k.startswith("vllm_operator_reconcile_duration_seconds_sum")
+            )
         finally:
             if profiler is not None:
                 profiler.stop()
                 profile_lines = profile_summary(profiler.out)
                 if args.profile_out:
                     shutil.copy(profiler.out, args.profile_out)
+        if args.converge_only:
+            op.stop()
+            if args.keep_log:
+                shutil.copy(state / "operator.log", args.keep_log)
+            lags = sorted(lag.values())
+            return _converge_lines(
+                reached,
+                (lags[len(lags) // 2], lags[len(lags) * 9 // 10], reconcile_seconds),
+                n,
+                load_before,
+                created,
+                seconds,
+                at_converged,
+                converge_reconciles,
+                server_writes,
+                profile_lines,
+            ), True
 
         def settled() -> bool:
             # The first remediation evaluation of each service records MetricsAvailable once (a
@@ -495,6 +566,41 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
     return lines, not missed
 
 
+def _converge_lines(
+    reached: dict[int, float],
+    latency: tuple[float, float, float],
+    n: int,
+    load_before: tuple[float, float, float],
+    created: float,
+    seconds: float,
+    at: Sample,
+    reconciles: float,
+    server: Counter[str],
+    profile_lines: list[str],
+) -> list[str]:
+    """The create-to-converged phase alone (`--converge-only`): for profiling at a smaller N."""
+    top = ", ".join(f"{k}: {v / n:.2f}" for k, v in server.most_common(12))
+    return [
+        f"## {n} services, converge phase only",
+        "",
+        f"- Load average before: {_load(load_before)}; after: {_load(os.getloadavg())}",
+        f"- client creates {created:.1f} s; converged {seconds:.1f} s after the first create "
+        "(services with status at: "
+        + ", ".join(f"{k} % {v:.1f} s" for k, v in sorted(reached.items()))
+        + f"; from a service's create to its status: p50 {latency[0]:.1f} s, "
+        f"p90 {latency[1]:.1f} s; reconcile time summed over workers {latency[2]:.1f} s)",
+        f"- operator CPU {at.cpu:.1f} s ({1000 * at.cpu / n:.1f} ms per service); "
+        f"reconciles {reconciles:.0f} ({reconciles / n:.2f} per service)",
+        f"- operator writes {at.writes:.0f} ({at.writes / n:.2f} per service): "
+        f"{kinds(at.writes_by_kind)}; reads {at.reads:.0f}: {kinds(at.reads_by_kind)}",
+        f"- API server mutating requests {sum(server.values())} "
+        f"({sum(server.values()) / n:.2f} per service), per service: {top}",
+        "",
+        *profile_lines,
+        "",
+    ]
+
+
 def _planned(done: list[dict[str, Any]]) -> int:
     """Deployments the converged services' status names."""
     return sum(1 for i in done for p in i["status"].get("pools") or [] if p.get("deployment"))
@@ -570,6 +676,20 @@ def main() -> int:
         help="py-spy the run until converged and the steady window",
     )
     parser.add_argument("--profile-out", type=Path, default=None, help="keep the raw stacks")
+    parser.add_argument(
+        "--profile-gil",
+        action="store_true",
+        help="with --profile: sample only the thread holding the GIL (CPU, not waits)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=0, help="the operator's --workers (0: its default)"
+    )
+    parser.add_argument("--keep-log", type=Path, default=None, help="copy the operator's log")
+    parser.add_argument(
+        "--converge-only",
+        action="store_true",
+        help="stop once converged (no steady window, edit or restart); nothing is written",
+    )
     parser.add_argument("--write", default=str(REPO / "docs" / "controller-benchmark.md"))
     parser.add_argument(
         "--relist-seconds",
@@ -585,7 +705,7 @@ def main() -> int:
         py_spy()
     lines, ok = run(args)
     print("\n".join(lines))
-    if args.write:
+    if args.write and not args.converge_only:
         write_section(Path(args.write), args.services, lines)
     return 0 if ok else 1
 

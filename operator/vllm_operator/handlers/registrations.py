@@ -18,7 +18,8 @@ from typing import Any
 
 import kopf
 
-from vllm_operator.api.service import GROUP, PLURAL, VERSION
+from vllm_operator.api.service import GROUP, KIND, PLURAL, VERSION
+from vllm_operator.handlers.kopf_essence import ApiKind, SelectiveDiffBaseStorage
 from vllm_operator.kube.cache import WatchCache
 from vllm_operator.kube.gateway import LWS_GROUP, LWS_PLURAL, LWS_VERSION, Kind
 from vllm_operator.kube.relist import PeriodicRelist
@@ -36,6 +37,10 @@ LIST_SWEEP_SECONDS = 1.0
 API_ERROR_BACKOFFS = (0.5, 1.0, 1.0) + (2.0,) * 900
 WATCH_CONNECT_TIMEOUT = 5.0
 
+
+# The kinds with change-detecting handlers (`on_service`: create, update, resume): the only ones
+# whose Kopf diff-base is built (handlers/kopf_essence.py; a test checks Kopf's registry).
+CHANGING_KINDS: frozenset[ApiKind] = frozenset({(f"{GROUP}/{VERSION}", KIND)})
 
 # The admission handler's id: Kopf serves it at https://<host>:<port>/<id>, the path the
 # ValidatingWebhookConfiguration (chart, e2e) calls.
@@ -291,8 +296,8 @@ def login(memo: kopf.Memo, **kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
+    settings.persistence.diffbase_storage = SelectiveDiffBaseStorage(
+        changing=CHANGING_KINDS, prefix=GROUP, key="last-handled-configuration"
     )
     settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
     settings.posting.enabled = False
