@@ -53,6 +53,11 @@ KV_MARGINS: dict[tuple[str, str, str], tuple[float, int, float]] = {
     ("0.20+ (graphs subtracted, util 0.92)", "Ada (sm89)", "AWQ/GPTQ (int4)"): (0.12, 6, 11.8),
     ("0.20+ (graphs subtracted, util 0.92)", "Ada (sm89)", "bf16"): (0.07, 11, 6.2),
     ("0.20+ (graphs subtracted, util 0.92)", "Ampere (sm80/sm86)", "bf16"): (0.11, 5, 10.2),
+    (
+        "0.20+ (graphs subtracted, util 0.92)",
+        "Blackwell workstation/consumer (sm12x)",
+        "AWQ/GPTQ (int4)",
+    ): (0.05, 6, 4.4),
     ("0.17-0.19", "Hopper (sm90)", "8-bit (FP8/INT8)"): (0.02, 5, 0.6),
     ("0.17-0.19", "Hopper (sm90)", "bf16"): (0.02, 19, 1.1),
 }
