@@ -23,6 +23,7 @@ from vllm_operator.handlers.kopf_essence import ApiKind, SelectiveDiffBaseStorag
 from vllm_operator.kube.cache import WatchCache
 from vllm_operator.kube.gateway import LWS_GROUP, LWS_PLURAL, LWS_VERSION, Kind
 from vllm_operator.kube.relist import PeriodicRelist
+from vllm_operator.kube.slim import shed
 from vllm_operator.reconcile.controller import Controller
 from vllm_operator.reconcile.slices import slice_products
 from vllm_operator.reconcile.triggers import owners_of, service_of_group_pod
@@ -104,9 +105,12 @@ def _enqueue(memo: kopf.Memo, keys: Iterable[tuple[str, str]]) -> None:
 
 
 def _observe(memo: kopf.Memo, kind: Kind, event_type: str | None, body: kopf.Body) -> None:
+    """Store the body, then shed from Kopf's own copy what the cache dropped (kube/slim.py): the
+    bodies Kopf holds at its start gate are the restart's peak RSS."""
     cache: WatchCache | None = memo.get("cache")
     if cache is not None:
         cache.observe(kind, event_type, dict(body))
+        shed(kind, body)
 
 
 def _watched(memo: kopf.Memo, kind: Kind, event_type: str | None, body: kopf.Body) -> None:

@@ -66,7 +66,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from vllm_operator.api.service import FIELD_MANAGER
 from vllm_operator.kube.gateway import (
     APPLIED_KINDS,
     ConflictError,
@@ -76,6 +75,7 @@ from vllm_operator.kube.gateway import (
     Obj,
 )
 from vllm_operator.kube.pods import add_claims, gpu_claim
+from vllm_operator.kube.slim import kept_managed_fields
 
 log = logging.getLogger(__name__)
 
@@ -159,20 +159,16 @@ def _key(obj: Obj) -> Key:
 
 def _slim(kind: Kind, obj: Obj) -> Obj:
     """What is kept of an object (a shallow copy; `obj` is left alone): no reader uses other
-    managers' managedFields entries (diff.py and replicas.py read the operator's own), pods' and
-    nodes' entries or a node's image list, which are most of their size."""
+    managers' managedFields entries (diff.py and replicas.py read the operator's own), pods',
+    nodes' and VLLMServices' entries (kube/slim.py) or a node's image list, which are most of
+    their size."""
     slim = dict(obj)
     meta = slim.get("metadata")
     if isinstance(meta, dict) and "managedFields" in meta:
         meta = {k: v for k, v in meta.items() if k != "managedFields"}
-        if kind not in (Kind.POD, Kind.NODE):
-            ours = [
-                e
-                for e in obj["metadata"]["managedFields"] or []
-                if isinstance(e, dict) and e.get("manager") == FIELD_MANAGER
-            ]
-            if ours:
-                meta["managedFields"] = ours
+        ours = kept_managed_fields(kind, obj["metadata"]["managedFields"])  # kube/slim.py
+        if ours:
+            meta["managedFields"] = ours
         slim["metadata"] = meta
     status = slim.get("status")
     if kind is Kind.NODE and isinstance(status, dict) and "images" in status:
