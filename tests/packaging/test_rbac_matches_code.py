@@ -90,6 +90,16 @@ METHODS: dict[str, set[Grant]] = {
         ("resource.k8s.io", "resourceclaimtemplates", "delete")
     },
     "list_resource_slice": {("resource.k8s.io", "resourceslices", "list")},
+    # The watch cache's periodic complete list (kube/relist.py, #32): every cached kind, per
+    # watched namespace or cluster-wide; the same list verb Kopf's watches already need.
+    "list_deployment_for_all_namespaces": {("apps", "deployments", "list")},
+    "list_namespaced_service": {("", "services", "list")},
+    "list_service_for_all_namespaces": {("", "services", "list")},
+    "list_namespaced_pod_disruption_budget": {("policy", "poddisruptionbudgets", "list")},
+    "list_pod_disruption_budget_for_all_namespaces": {("policy", "poddisruptionbudgets", "list")},
+    "list_resource_claim_template_for_all_namespaces": {
+        ("resource.k8s.io", "resourceclaimtemplates", "list")
+    },
     # spec.routing inferencePool (#31): the rendered Endpoint Picker's identity, and deleting the
     # picker's Service when routing goes back to service (the custom-object calls above also
     # serve the InferencePool: see ROUTING_CUSTOM).
