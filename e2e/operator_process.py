@@ -116,6 +116,31 @@ class OperatorProcess:
             v for k, v in self.metrics().items() if k.startswith("vllm_operator_api_writes_total")
         )
 
+    def settled_writes(self, timeout: float = 60.0) -> float:
+        """The write count once no reconcile is queued or running.
+
+        Why: a reconcile writes status first and its transition Events after, so a test that saw
+        the status could read the count before the Event's write was counted (CI, #32: the
+        multi-node no-op counted 9 writes against a baseline of 8 read too early). The queue's
+        gauges make "every write so far is counted" a condition to wait on, not a sleep."""
+
+        def idle() -> tuple[float] | None:
+            metrics = self.metrics()
+            busy = metrics.get("vllm_operator_workqueue_depth", 1.0) + metrics.get(
+                "vllm_operator_workqueue_in_flight", 1.0
+            )
+            if busy:
+                return None
+            # A tuple, so that a count of 0 is still a result (wait_for takes a falsy one as "not yet").
+            return (
+                sum(
+                    v for k, v in metrics.items() if k.startswith("vllm_operator_api_writes_total")
+                ),
+            )
+
+        (count,) = wait_for(idle, timeout=timeout, interval=0.1, what="the work queue to be idle")
+        return count
+
     def reconciles(self) -> float:
         return sum(
             v for k, v in self.metrics().items() if k.startswith("vllm_operator_reconciles_total")

@@ -123,13 +123,13 @@ def test_spec_change_rolls_new_args_and_noop_makes_zero_writes(
     before = kube.get(dep_path)
 
     # A no-op trigger (a label only): the operator reconciles and writes nothing.
-    writes = operator.writes()
+    writes = operator.settled_writes()
     metrics_before = operator.metrics()
     reconciles = operator.reconciles()
     kube.patch(svc_path(namespace, "llama-8b-chat"), {"metadata": {"labels": {"touched": "yes"}}})
     wait_for(lambda: operator.reconciles() > reconciles, timeout=TIMEOUT, what="a reconcile")
     metrics_after = operator.metrics()
-    assert operator.writes() == writes, {
+    assert operator.settled_writes() == writes, {
         k: (metrics_before.get(k), v) for k, v in metrics_after.items() if "total" in k
     }
     assert (

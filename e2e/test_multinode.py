@@ -123,10 +123,15 @@ def test_405b_on_two_h100_nodes_runs_as_one_group_rolls_and_cascades(
     # webhook defaults are not a diff to re-apply).
     wait_condition(kube, namespace, name, "Progressing", "False", "RolloutComplete")
     wait_condition(kube, namespace, name, "MetricsAvailable", "False")
-    writes, reconciles = operator.writes(), operator.reconciles()
+    writes, reconciles = operator.settled_writes(), operator.reconciles()
+    metrics_before = operator.metrics()
     kube.patch(svc_path(namespace, name), {"metadata": {"labels": {"touched": "yes"}}})
     wait_for(lambda: operator.reconciles() > reconciles, timeout=TIMEOUT, what="a reconcile")
-    assert operator.writes() == writes
+    metrics_after = operator.metrics()
+    assert operator.settled_writes() == writes, (
+        {k: (metrics_before.get(k), v) for k, v in metrics_after.items() if "total" in k},
+        operator.log_tail(40),
+    )
     assert (
         kube.get(lws_path(namespace, lws_name))["metadata"]["generation"]
         == (lws["metadata"]["generation"])

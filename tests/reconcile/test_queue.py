@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.queue import Workers, WorkQueue, drain
 
 A, B, C = ("ns", "a"), ("ns", "b"), ("ns", "c")
@@ -250,3 +251,47 @@ def test_an_escaping_exception_is_logged_once_and_the_key_rate_limited(
 def test_at_least_one_worker() -> None:
     with pytest.raises(ValueError):
         Workers(WorkQueue(), lambda _: None, workers=0)
+
+
+def test_the_queue_gauges_show_a_key_being_processed_until_it_is_done() -> None:
+    """`vllm_operator_workqueue_{depth,in_flight}` read the queue when scraped: e2e waits on
+    both at 0 to know every write so far is counted (a reconcile writes status, then Events)."""
+
+    def sample(name: str) -> float:
+        value = m.REGISTRY.get_sample_value(name)
+        assert value is not None
+        return value
+
+    queue = WorkQueue()
+    inside, release = threading.Event(), threading.Event()
+
+    def process(key: tuple[str, str]) -> None:
+        inside.set()
+        assert release.wait(30)
+
+    workers = Workers(queue, process, workers=1)
+    workers.start()
+    queue.add(A)
+    assert inside.wait(30)
+    queue.add(B)
+    assert (
+        sample("vllm_operator_workqueue_in_flight"),
+        sample("vllm_operator_workqueue_depth"),
+    ) == (
+        1.0,
+        1.0,
+    )
+    release.set()
+    deadline = threading.Event()
+    for _ in range(300):  # bounded wait on the condition, not a sleep
+        if queue.idle():
+            break
+        deadline.wait(0.1)
+    assert (
+        sample("vllm_operator_workqueue_in_flight"),
+        sample("vllm_operator_workqueue_depth"),
+    ) == (
+        0.0,
+        0.0,
+    )
+    workers.stop()

@@ -43,6 +43,17 @@ API_READS = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+WORKQUEUE_DEPTH = Gauge(
+    "vllm_operator_workqueue_depth",
+    "Service keys ready on the work queue, waiting for a worker (delayed adds not counted).",
+    registry=REGISTRY,
+)
+WORKQUEUE_IN_FLIGHT = Gauge(
+    "vllm_operator_workqueue_in_flight",
+    "Service keys a worker is reconciling now; with the depth at 0 too, every write of the "
+    "reconciles so far is counted.",
+    registry=REGISTRY,
+)
 PLANS = Gauge(
     "vllm_operator_pool_plans",
     "Pools of all VLLMServices by GPU type and feasibility (the latest plan of each service).",

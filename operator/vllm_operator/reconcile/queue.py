@@ -32,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.failures import backoff_delay
 
 log = logging.getLogger(__name__)
@@ -187,6 +188,11 @@ class WorkQueue:
         with self._cond:
             return not self._queue and not self._processing and not self._dirty
 
+    def in_flight(self) -> int:
+        """Keys a worker holds now (taken with `get`, not yet `done`)."""
+        with self._cond:
+            return len(self._processing)
+
     def __len__(self) -> int:
         with self._cond:
             return len(self._queue)
@@ -229,6 +235,10 @@ class Workers:
     def start(self, gate: threading.Event | None = None) -> None:
         """Start the threads; each takes keys only once `gate` is set (the watch caches synced),
         so no reconcile reads a half-filled cache."""
+        # Scraped, not pushed: the gauges read the queue when /metrics is served, so they cost
+        # nothing per key and cannot drift from the queue's own state.
+        m.WORKQUEUE_DEPTH.set_function(lambda: float(len(self.queue)))
+        m.WORKQUEUE_IN_FLIGHT.set_function(lambda: float(self.queue.in_flight()))
         for i in range(self._count):
             thread = threading.Thread(
                 target=self._run, args=(gate,), name=f"{self._name}-{i}", daemon=True
