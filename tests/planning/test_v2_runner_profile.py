@@ -93,3 +93,29 @@ def test_unquantised_v2_starts_keep_the_v1_terms() -> None:
     assert not quantised.cuda_graph_subtracted
     assert quantised.cuda_graph_gib > 0  # still reported, outside the budget
     assert round(quantised.kv_cache_gib * GIB) > 0
+
+
+def test_a_plan_for_a_quantised_v2_start_leaves_room_for_the_graphs() -> None:
+    """As before 0.20: at util 0.98 on an L4 (0.44 GiB left) 64 sequences' graphs captured after the KV
+    cache would not fit, so the planner lowers gpu_memory_utilization until they do. The same
+    intent on 0.29 (V2 measures its graphs, the budget pays for them) only leaves the 0.5 GiB of
+    post-KV slack (0.97)."""
+    from vllm_operator.planning.intent import PlanIntent
+    from vllm_operator.planning.plan import PoolPlan, plan_pool
+
+    def util(version: str) -> float:
+        intent = PlanIntent(
+            p99_context_tokens=2048,
+            concurrency=64,
+            max_gpu_memory_utilization=0.98,
+            vllm_version=version,
+        )
+        result = plan_pool(intent, lookup_gpu("NVIDIA-L4"), AWQ_7B)
+        assert isinstance(result, PoolPlan)
+        value = result.engine_args.gpu_memory_utilization
+        assert isinstance(value, float)
+        if version == "0.28.0":
+            assert (1 - value) * result.memory.gpu_total_gib >= result.memory.cuda_graph_gib
+        return value
+
+    assert util("0.28.0") < util("0.29.0") == 0.97
