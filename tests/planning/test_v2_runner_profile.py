@@ -119,3 +119,23 @@ def test_a_plan_for_a_quantised_v2_start_leaves_room_for_the_graphs() -> None:
         return value
 
     assert util("0.28.0") < util("0.29.0") == 0.97
+
+
+def test_from_0_29_a_bare_pip_install_samples_like_the_image() -> None:
+    """Model Runner V2 (every model from 0.29) takes the Triton top-k/top-p kernel, never the
+    PyTorch-native sort a bare pip install falls back to on the V1 runner. Bench row 111
+    (Qwen2.5-1.5B, A10G, 0.31.0, FlashInfer sampler off): -6.7 % with the native term, -2.1 %
+    without. Before 0.29 (V1, or an unquantised V2 start keeping the V1 terms) it stands."""
+    small = lookup_architecture("Qwen/Qwen2.5-1.5B-Instruct")
+    a10g = gpu_memory(lookup_gpu("NVIDIA-A10G"))
+
+    def activation(version: str, optional_kernels: bool, **kw: object) -> float:
+        args = _args(version, dtype="auto", optional_kernels=optional_kernels, **kw)
+        return estimate_memory(small, a10g, args).activation_peak_gib
+
+    assert activation("0.31.0", False) == activation("0.31.0", True)
+    assert activation("0.28.0", False) > activation("0.28.0", True)
+    assert activation("0.19.0", False) > activation("0.19.0", True)
+    # ngram drafting is not on V2 at 0.29+: the V1 runner's native sampler again
+    ngram = {"speculative_method": "ngram", "num_speculative_tokens": 2}
+    assert activation("0.31.0", False, **ngram) > activation("0.31.0", True, **ngram)

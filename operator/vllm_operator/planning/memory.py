@@ -985,6 +985,32 @@ def v2_runner_without_graph_estimate(
 V2_PROFILE_QUANTISED_ONLY = True
 
 
+# From 0.29.0 ``VllmConfig.use_v2_model_runner`` (config/vllm.py) runs every model on Model Runner V2
+# on CUDA, unless a feature it lacks is asked for (``_get_v2_model_runner_unsupported_features``;
+# among speculative methods only eagle, eagle3, mtp, dflash, dspark, extract_hidden_states). V2's
+# sampler never reaches the PyTorch-native top-k/top-p sort a bare pip install without FlashInfer
+# falls back to on the V1 runner (SAMPLER_LOGIT_COPIES_NATIVE): its top-k/top-p is
+# ``apply_top_k_top_p`` (v1/sample/ops/topk_topp_sampler.py), which takes the Triton kernel whenever
+# Triton is present, and V2 requires Triton. So from 0.29 a bare pip install's sampler peak is the
+# image's. Bench row 111 (Qwen2.5-1.5B on an A10G, vLLM 0.31.0 in a pip venv with
+# VLLM_USE_FLASHINFER_SAMPLER=0): KV -6.7 % with the native term, -2.1 % without. (0.22-0.28 V2
+# starts of unquantised models keep the V1 terms, the native one included; see
+# V2_PROFILE_QUANTISED_ONLY.)
+V2_FOR_ALL_FROM = "0.29.0"
+V2_SPECULATIVE_METHODS = frozenset(
+    {"eagle", "eagle3", "mtp", "dflash", "dspark", "extract_hidden_states"}
+)
+
+
+def v2_runner_for_all(args: ResolvedArgs) -> bool:
+    """Whether vLLM 0.29+ runs this start on Model Runner V2 (every model on CUDA, unless a
+    speculative method V2 lacks is asked for; see V2_FOR_ALL_FROM)."""
+    if not VllmVersion.parse(args.vllm_version).at_least(V2_FOR_ALL_FROM):
+        return False
+    method = (args.speculative_method or "").lower()
+    return not method or method in V2_SPECULATIVE_METHODS
+
+
 def v2_profile_terms(arch: Architecture, args: ResolvedArgs, quant: Quantization | None) -> bool:
     """Whether the planner models this start with Model Runner V2's profile: no graph estimate
     in the KV budget, the V2 sampler's peak and the empirical vocab x hidden floor
@@ -1121,7 +1147,9 @@ def activation_bytes(
     forward = _forward_transient_bytes(arch, args.max_num_batched_tokens, tp, act_b)
     sampler = 0.0
     if last_stage:
-        native = sem.engine is Engine.V1 and not args.optional_kernels
+        native = (
+            sem.engine is Engine.V1 and not args.optional_kernels and not v2_runner_for_all(args)
+        )
         copies = SAMPLER_LOGIT_COPIES_NATIVE if native else SAMPLER_LOGIT_COPIES
         version = VllmVersion.parse(sem.version)
         if rejection_sampler_warmup(args) and version.at_least(SAMPLER_SPEC_FROM):
