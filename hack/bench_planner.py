@@ -92,6 +92,7 @@ class Result:
     ledger_pred: dict[str, float] | None = None
     budget: float | None = None
     kv_logged: float | None = None
+    terms: dict[str, float] | None = None
 
     @property
     def weights_err(self) -> float | None:
@@ -226,6 +227,14 @@ def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
         - moe_ws
         + (est.cuda_graph_gib if est.cuda_graph_subtracted else 0.0),
         "kv": est.kv_cache_gib,
+    }
+    base.terms = {
+        "budget": est.budget_gib,
+        "weights": est.weights_gib + est.draft_weights_gib + est.lora_gib,
+        "non_torch": est.non_torch_gib,
+        "activation": est.activation_peak_gib,
+        "graphs": est.cuda_graph_gib,
+        "graphs_budgeted": float(est.cuda_graph_subtracted),
     }
     base.weights_pred = est.weights_gib
     base.weights_log = _num(row["weights_gib"])
@@ -498,6 +507,40 @@ def ledger_table(results: list[Result]) -> list[str]:
     return lines
 
 
+def terms_table(results: list[Result], rows: set[int] | None = None) -> list[str]:
+    """Per row, the model's terms beside what the row logged (``--terms``): which term is off.
+
+    Logged columns are the CSV's (weights, non-torch, the peak, the graphs) and, for 0.27+ rows,
+    the ledger's consumed / peak. A graph estimate outside the budget (before 0.20, or Model
+    Runner V2 at 0.22-0.28) is shown in parentheses: it does not enter the KV figure."""
+    out = [
+        "| row | vLLM | GPU | budget | weights pred / log | non-torch pred / log | activation pred |"
+        " graph est. pred | peak log | consumed pred / log (ledger) | KV pred / log | err |",
+        "|---:|---|---|---:|---|---|---:|---:|---:|---|---|---:|",
+    ]
+    for r in results:
+        if r.terms is None or (rows is not None and r.row not in rows):
+            continue
+        if rows is None and era_of(r.version) != _ERAS[0][1]:
+            continue
+        t = r.terms
+        graphs = f"{t['graphs']:.2f}" if t["graphs_budgeted"] else f"({t['graphs']:.2f})"
+        log = r.ledger_log or {}
+        consumed = _pair(r.ledger_pred or {}, log, "consumed") if "consumed" in log else ""
+        raw = _RAW.get(r.row, {})
+        out.append(
+            f"| {r.row} | {r.version} | {r.gpu} | {t['budget']:.2f} | "
+            f"{t['weights']:.2f} / {raw.get('weights_gib') or '-'} | "
+            f"{t['non_torch']:.2f} / {raw.get('non_torch_gib') or '-'} | {t['activation']:.2f} | "
+            f"{graphs} | {log.get('peak', raw.get('activation_peak_gib') or '-')} | {consumed} | "
+            f"{_fmt(r.kv_pred, r.kv_unit)} / {_fmt(r.kv_log, r.kv_unit)} | {_pct(r.kv_err)} |"
+        )
+    return out
+
+
+_RAW: dict[int, dict[str, str]] = {}
+
+
 def _verdict(r: Result) -> str:
     if r.failure_predicted is None:
         return ""
@@ -603,6 +646,7 @@ def run_all(extra_rows: list[Path] | None = None) -> list[Result]:
             found = list(csv.DictReader(handle))
         offset = len(rows)
         rows.extend(found)
+        _RAW.update({offset + i: row for i, row in enumerate(found)})
         if path is not LOGS:
             inputs.update({offset + i: {} for i in range(len(found))})
     return [run_row(i, row, inputs.get(i, {})) for i, row in enumerate(rows)]
@@ -615,6 +659,13 @@ def main() -> int:
         "--margins", action="store_true", help="print the KV_MARGINS table for planning/fidelity.py"
     )
     parser.add_argument(
+        "--terms",
+        nargs="*",
+        type=int,
+        metavar="ROW",
+        help="print the model's terms per row beside the logged ones (default: the 0.20+ rows)",
+    )
+    parser.add_argument(
         "--rows",
         type=Path,
         action="append",
@@ -624,6 +675,9 @@ def main() -> int:
     results = run_all(opts.rows)
     if opts.margins:
         print(margins_literal(results))
+        return 0
+    if opts.terms is not None:
+        print("\n".join(terms_table(results, set(opts.terms) or None)))
         return 0
     inputs: dict[int, dict[str, Any]] = yaml.safe_load(INPUTS.read_text("utf-8")) or {}
     text = render(results)

@@ -83,3 +83,17 @@ def test_the_model_reproduces_the_ledger_term_by_term_on_llama_8b_a100_0_31() ->
         assert abs(row.ledger_pred[key] - row.ledger_log[key]) <= 0.02, key
     assert row.kv_pred is not None and row.kv_log is not None
     assert abs(row.kv_pred - row.kv_log) <= 0.02
+
+
+def test_terms_show_each_term_beside_the_log_and_a_graph_estimate_outside_the_budget() -> None:
+    """`--terms` (issue #28): row 70 (Qwen2.5-7B-AWQ, L4, vLLM 0.28.0, Model Runner V2) shows its
+    graph estimate in parentheses (not budgeted) and the ledger's peak beside the activation;
+    row 61 (0.31.0) a budgeted estimate."""
+    bench = load_bench()
+    lines = bench.terms_table(bench.run_all(), {61, 70})
+    row70 = next(line for line in lines if line.startswith("| 70 |"))
+    row61 = next(line for line in lines if line.startswith("| 61 |"))
+    cells70 = [c.strip() for c in row70.split("|")]
+    assert cells70[8].startswith("(") and cells70[9] == "1.04"
+    assert not [c.strip() for c in row61.split("|")][8].startswith("(")
+    assert len(bench.terms_table(bench.run_all())) > 40  # the 0.20+ rows by default

@@ -914,6 +914,113 @@ def sm12x_int4_excess_bytes(
     return arch.vocab_size * arch.hidden_size / tp * dtype_bytes(dtype)
 
 
+# Model Runner V2 (v1/worker/gpu/model_runner.py) measures no CUDA-graph memory before 0.29: its
+# ``GPUModelRunner.profile_cudagraph_memory`` is ``return 0`` ("NOTE(woosuk): It is TBD whether we
+# keep this API or not.") in every release from 0.22.0 through 0.28.0; 0.29.0 replaces it with a
+# measured capture (v1/worker/gpu/cudagraph_utils.py ``profile_cudagraph_memory``).
+# ``Worker.determine_available_memory`` (v1/worker/gpu_worker.py, 0.28.0) subtracts what the runner
+# returns, so a V2 start budgets no graph memory: the graphs are captured after the KV cache, in the
+# memory gpu_memory_utilization leaves outside the budget (the pre-0.20 rule). Which models run on
+# V2 by default is ``VllmConfig._is_default_v2_model_runner_model`` (config/vllm.py): 0.22.0 only
+# ``Qwen3ForCausalLM``, 0.23.0 also ``LlamaForCausalLM`` and ``MistralForCausalLM``, both for dense
+# unquantised checkpoints; 0.24.0 those three (quantised too) besides some MoE architectures;
+# 0.25.0-0.28.0 every model that is neither hybrid nor MoE, besides listed MoE architectures
+# (DeepseekV2, Qwen2Moe, GraniteMoe, ...). The listed MoE architectures are not matched here, nor is a
+# speculative config (V2 takes eagle/eagle3/mtp, ngram falls back to V1): both keep the subtracted
+# estimate, the safe side. The 0.27+ ledgers of V2 starts show it: rows 63/72/73 (Qwen2.5-0.5B,
+# 0.27.1) log a peak of 0.08-0.31 GiB, no estimate in it, rows 70/71 (Qwen2.5-7B-AWQ, 0.28.0) 1.04 GiB
+# with 0.53 GiB of graphs captured after the KV cache; row 87 (0.26.0) logs "Using V2 Model Runner".
+V2_RUNNER_NO_GRAPH_ESTIMATE = ("0.22.0", "0.29.0")
+V2_DEFAULT_DENSE_ARCHITECTURES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("0.23.0", frozenset({"Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"})),
+    ("0.22.0", frozenset({"Qwen3ForCausalLM"})),
+)
+V2_QUANTISED_DEFAULT_FROM = "0.24.0"
+V2_ANY_DENSE_FROM = "0.25.0"
+
+
+def v2_runner_without_graph_estimate(
+    arch: Architecture, args: ResolvedArgs, quant: Quantization | None
+) -> bool:
+    """Whether vLLM runs this start on Model Runner V2 in a release whose V2 runner estimates no
+    CUDA-graph memory (0.22-0.28, V2_RUNNER_NO_GRAPH_ESTIMATE): its KV budget then loses none."""
+    version = VllmVersion.parse(args.vllm_version)
+    first, until = V2_RUNNER_NO_GRAPH_ESTIMATE
+    if not version.at_least(first) or version.at_least(until):
+        return False
+    if arch.is_moe or arch.is_hybrid or args.speculative_method:
+        return False
+    if version.at_least(V2_ANY_DENSE_FROM):
+        return True
+    listed = next(
+        (names for since, names in V2_DEFAULT_DENSE_ARCHITECTURES if version.at_least(since)),
+        frozenset(),
+    )
+    if not listed.intersection(arch.registry_names):
+        return False
+    return quant is None or version.at_least(V2_QUANTISED_DEFAULT_FROM)
+
+
+# What the planner does with such a start. Model Runner V2's profile (0.28.0
+# v1/worker/gpu/model_runner.py ``profile_run``: ``_dummy_run(max_num_tokens)`` then
+# ``_dummy_sampler_run``) runs the forward pass, then ``compute_logits`` on one row per request and
+# the sampler, whose ``apply_sampling_params`` (v1/worker/gpu/sample/sampler.py) returns the logits
+# untouched when no request needs processing (the dummy batch has default parameters) and whose
+# Gumbel sampler (sample/gumbel.py) keeps no vocabulary-wide copy: the sampler's peak is one
+# ``max_num_seqs x vocab`` tensor in the model dtype, and neither FlashInfer nor the PyTorch-native
+# top-k/top-p path is reached (so a bare pip install changes nothing). EMPIRICAL on top of that code:
+# the 0.27+ ledgers of V2 starts log a peak of one vocab x hidden matrix in the model dtype where the
+# forward is smaller (row 70/71, Qwen2.5-7B-AWQ on an L4: 1.04 GiB logged, 152,064 x 3,584 x 2 B =
+# 1.02 GiB; rows 106/107, Qwen3-32B/14B-AWQ on an RTX 5090: 1.46 / 1.46, 151,936 x 5,120 x 2 B =
+# 1.45; row 73, Qwen2.5-0.5B: 0.25 / 0.25), which vLLM's code here does not explain; the planner
+# takes the larger of the forward, the sampler and that matrix. It appears none, one or two times
+# (in the peak and in consumed memory): rows 49/47 (one configuration on identical L4s) none and one,
+# rows 105/106 (the same service) none and two, rows 72/73 (one command) none and two. Unquantised
+# checkpoints show two copies (rows 73 and 108: Qwen2.5-7B BF16 on an RTX 4090, 0.27.1, whose start
+# leaves 2.0 GiB beside weights and non-torch), so the V2 terms are applied to quantised checkpoints
+# only (AWQ/GPTQ, FP8/INT8, ...: rows 46-49, 70, 71, 106, 107, 110 show at most one copy, the second
+# one of the sm12x int4 rows being ``sm12x_int4_excess_bytes``); unquantised V2 starts keep the
+# V1 runner's terms (the subtracted graph estimate and the fp32 sampler copies), whose surplus covers
+# the second copy: the safe side. Applied with the V2 terms, row 108 would over-predict by +18.9 %.
+V2_PROFILE_QUANTISED_ONLY = True
+
+
+# From 0.29.0 ``VllmConfig.use_v2_model_runner`` (config/vllm.py) runs every model on Model Runner V2
+# on CUDA, unless a feature it lacks is asked for (``_get_v2_model_runner_unsupported_features``;
+# among speculative methods only eagle, eagle3, mtp, dflash, dspark, extract_hidden_states). V2's
+# sampler never reaches the PyTorch-native top-k/top-p sort a bare pip install without FlashInfer
+# falls back to on the V1 runner (SAMPLER_LOGIT_COPIES_NATIVE): its top-k/top-p is
+# ``apply_top_k_top_p`` (v1/sample/ops/topk_topp_sampler.py), which takes the Triton kernel whenever
+# Triton is present, and V2 requires Triton. So from 0.29 a bare pip install's sampler peak is the
+# image's. Bench row 111 (Qwen2.5-1.5B on an A10G, vLLM 0.31.0 in a pip venv with
+# VLLM_USE_FLASHINFER_SAMPLER=0): KV -6.7 % with the native term, -2.1 % without. (0.22-0.28 V2
+# starts of unquantised models keep the V1 terms, the native one included; see
+# V2_PROFILE_QUANTISED_ONLY.)
+V2_FOR_ALL_FROM = "0.29.0"
+V2_SPECULATIVE_METHODS = frozenset(
+    {"eagle", "eagle3", "mtp", "dflash", "dspark", "extract_hidden_states"}
+)
+
+
+def v2_runner_for_all(args: ResolvedArgs) -> bool:
+    """Whether vLLM 0.29+ runs this start on Model Runner V2 (every model on CUDA, unless a
+    speculative method V2 lacks is asked for; see V2_FOR_ALL_FROM)."""
+    if not VllmVersion.parse(args.vllm_version).at_least(V2_FOR_ALL_FROM):
+        return False
+    method = (args.speculative_method or "").lower()
+    return not method or method in V2_SPECULATIVE_METHODS
+
+
+def v2_profile_terms(arch: Architecture, args: ResolvedArgs, quant: Quantization | None) -> bool:
+    """Whether the planner models this start with Model Runner V2's profile: no graph estimate
+    in the KV budget, the V2 sampler's peak and the empirical vocab x hidden floor
+    (``v2_runner_without_graph_estimate``, quantised checkpoints only; see
+    V2_PROFILE_QUANTISED_ONLY)."""
+    if V2_PROFILE_QUANTISED_ONLY and quant is None:
+        return False
+    return v2_runner_without_graph_estimate(arch, args, quant)
+
+
 def moe_workspace_bytes(arch: Architecture, args: ResolvedArgs) -> float:
     """The persistent fused-MoE workspace of one rank (vLLM 0.20+, see MOE_WORKSPACE_FROM).
 
@@ -1022,6 +1129,7 @@ def activation_bytes(
     sem: MemorySemantics,
     args: ResolvedArgs,
     last_stage: bool,
+    v2_profile: bool = False,
 ) -> float:
     """Peak torch memory of the profile run above the weights (VV §3.1 'Peak activation').
 
@@ -1030,14 +1138,18 @@ def activation_bytes(
     vLLM counts it as consumed memory, held while the sampler runs. The forward term keeps its
     MoE width as well (a double count where the workspace is persistent: the safe side). A
     vision model's encoder pass (``encoder_profile_bytes``) comes before both, and its cached
-    outputs are held through them.
+    outputs are held through them. With ``v2_profile`` (``v2_profile_terms``) the sampler is
+    Model Runner V2's, one ``max_num_seqs x vocab`` tensor in the model dtype, and the peak is at
+    least one vocab x hidden matrix (empirical, see V2_PROFILE_QUANTISED_ONLY).
     """
     act_b = dtype_bytes(args.dtype)
     tp = args.tensor_parallel_size
     forward = _forward_transient_bytes(arch, args.max_num_batched_tokens, tp, act_b)
     sampler = 0.0
     if last_stage:
-        native = sem.engine is Engine.V1 and not args.optional_kernels
+        native = (
+            sem.engine is Engine.V1 and not args.optional_kernels and not v2_runner_for_all(args)
+        )
         copies = SAMPLER_LOGIT_COPIES_NATIVE if native else SAMPLER_LOGIT_COPIES
         version = VllmVersion.parse(sem.version)
         if rejection_sampler_warmup(args) and version.at_least(SAMPLER_SPEC_FROM):
@@ -1046,6 +1158,10 @@ def activation_bytes(
         lo, hi = LEGACY_V1_FULL_LOGITS
         if sem.engine is Engine.V1 and version.at_least(lo) and not version.at_least(hi):
             sampler += args.max_num_batched_tokens * arch.vocab_size * 4
+    if v2_profile:
+        sampler = args.max_num_seqs * arch.vocab_size * act_b if last_stage else 0.0
+        floor = arch.vocab_size * arch.hidden_size / tp * act_b if last_stage else 0.0
+        forward = max(forward, floor)
     peak = max(forward, sampler) + moe_workspace_bytes(arch, args)
     encoder, encoder_outputs = encoder_profile_bytes(arch, args)
     if encoder:
@@ -1490,6 +1606,14 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
             "(one vocab x hidden matrix) counted on top of the weights, the consumed-memory excess "
             "the 0.27+ startup ledgers of these cards show (empirical term)"
         )
+    v2_profile = sem.subtracts_cuda_graphs and v2_profile_terms(arch, resolved, quant)
+    if v2_profile:
+        reasons.append(
+            f"vLLM {resolved.vllm_version} runs this model on Model Runner V2, which estimates no "
+            "CUDA-graph memory before 0.29: the graphs are captured after the KV cache, outside the "
+            "budget"
+        )
+    graphs_budgeted = sem.subtracts_cuda_graphs and not v2_profile
     per_stage: list[tuple[int, int, float, float, float, float, int, int]] = []
     for stage, layers in enumerate(stages):
         last = stage == pp - 1
@@ -1514,9 +1638,14 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         stage_draft = (draft_w if last else 0.0) / GIB
         w += stage_lora + stage_draft
         w += int4_excess if last else 0.0
-        act = activation_bytes(arch, sem=sem, args=resolved, last_stage=stage == pp - 1) / GIB
+        act = (
+            activation_bytes(
+                arch, sem=sem, args=resolved, last_stage=stage == pp - 1, v2_profile=v2_profile
+            )
+            / GIB
+        )
         cg = cuda_graph_gib(arch, resolved, layers)
-        kv = budget - w - act - nt - (cg if sem.subtracts_cuda_graphs else 0.0)
+        kv = budget - w - act - nt - (cg if graphs_budgeted else 0.0)
         per_token = kv_bytes_per_token(arch, tp=tp, layers=layers, kv_dtype_bytes=kv_b)
         per_token += draft_kv if last else 0
         if arch.is_hybrid:
@@ -1586,7 +1715,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         )
     startup: list[str] = []
     headroom = total * (1 - util)
-    if not sem.subtracts_cuda_graphs and not resolved.enforce_eager:
+    if not graphs_budgeted and not resolved.enforce_eager:
         if cg > headroom - 0.1:
             startup.append(
                 f"CUDA graphs (~{cg:.2f} GiB) are captured after the KV cache and may not fit in "
@@ -1638,7 +1767,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         activation_peak_gib=round(act, 4),
         non_torch_gib=round(nt, 4),
         cuda_graph_gib=round(cg, 4),
-        cuda_graph_subtracted=sem.subtracts_cuda_graphs,
+        cuda_graph_subtracted=graphs_budgeted,
         kv_cache_gib=round(max(kv, 0.0), 4),
         kv_bytes_per_token=per_token,
         kv_cache_tokens=tokens,

@@ -44,6 +44,7 @@ from vllm_operator.planning.memory import (
     resolve_args,
     resolve_quantization,
     sequences_at,
+    v2_profile_terms,
 )
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION, Engine, VllmVersion
 
@@ -488,8 +489,12 @@ def plan_pool(
         )
     dtype = resolved.dtype
     util, util_reasons = _utilization(intent, gpu, arch, measured_free_mib is not None)
-    if not sem.subtracts_cuda_graphs:
-        # Before 0.20 graphs are captured after the KV cache and must fit in (1 - util) x total.
+    v2_outside = sem.subtracts_cuda_graphs and v2_profile_terms(
+        arch, resolved, resolve_quantization(arch, intent.quantization)
+    )
+    if not sem.subtracts_cuda_graphs or v2_outside:
+        # Before 0.20 graphs are captured after the KV cache and must fit in (1 - util) x total;
+        # so do they on Model Runner V2 before 0.29 (memory.v2_profile_terms).
         tp_guess = 2  # worst case: the TP > 1 share of graph memory included
         layers = arch.num_hidden_layers
         cg = cuda_graph_gib(
