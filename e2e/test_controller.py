@@ -109,12 +109,29 @@ def test_every_example_is_planned_and_ready_on_matching_nodes(
         assert name in {s["metadata"]["name"] for s in services}
 
 
+def kopf_bookkeeping(live: dict[str, Any]) -> dict[str, Any]:
+    """What Kopf would have persisted on a VLLMService: its annotations (diff-base, progress;
+    under its default prefix or ours) and finalizers. None since #32 (event handlers only)."""
+    meta = live["metadata"]
+    found: dict[str, Any] = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k.startswith("kopf.zalando.org/")
+        or k.startswith("serving.vllm-operator.dev/last-handled")
+        or k.startswith("serving.vllm-operator.dev/kopf")
+    }
+    if meta.get("finalizers"):
+        found["finalizers"] = meta["finalizers"]
+    return found
+
+
 def test_spec_change_rolls_new_args_and_noop_makes_zero_writes(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
     obj = example("llama-3.1-8b-l4.yaml", namespace)
     kube.apply(obj)
-    wait_condition(kube, namespace, "llama-8b-chat", "Ready", "True")
+    live = wait_condition(kube, namespace, "llama-8b-chat", "Ready", "True")
+    assert kopf_bookkeeping(live) == {}  # #32: Kopf persists nothing on the service
     wait_condition(kube, namespace, "llama-8b-chat", "Progressing", "False", "RolloutComplete")
     # The first remediation evaluation records MetricsAvailable (no Prometheus here): a real
     # change, written once. Wait for it so the no-op below starts from a settled status.
@@ -138,7 +155,8 @@ def test_spec_change_rolls_new_args_and_noop_makes_zero_writes(
 
     # A real change rolls the Deployment with the new plan.
     kube.patch(svc_path(namespace, "llama-8b-chat"), {"spec": {"workload": {"concurrency": 3}}})
-    wait_condition(kube, namespace, "llama-8b-chat", "Ready", "True", generation=2)
+    live = wait_condition(kube, namespace, "llama-8b-chat", "Ready", "True", generation=2)
+    assert kopf_bookkeeping(live) == {}
     after = kube.get(dep_path)
     assert after["metadata"]["annotations"][HASH] != before["metadata"]["annotations"][HASH]
     args = after["spec"]["template"]["spec"]["containers"][0]["args"]

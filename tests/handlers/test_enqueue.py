@@ -13,6 +13,7 @@ from vllm_operator.hub.resolver import HubArchitectureResolver
 from vllm_operator.kube.cache import WatchCache
 from vllm_operator.kube.gateway import Kind
 from vllm_operator.reconcile.controller import Controller
+from vllm_operator.reconcile.triggers import ServiceChanges
 from vllm_operator.rendering.names import common_labels
 
 # Kopf's decorators type the handlers as its callback protocols; they are plain functions.
@@ -23,7 +24,7 @@ def setup() -> tuple[Controller, WatchCache, kopf.Memo, Any]:
     gw = cluster()
     ctl = Controller(gw, HubArchitectureResolver(gw, OfflineHub()))
     cache = WatchCache()
-    return ctl, cache, kopf.Memo(controller=ctl, cache=cache), gw
+    return ctl, cache, kopf.Memo(controller=ctl, cache=cache, service_changes=ServiceChanges()), gw
 
 
 def owned(kind: str, name: str, owner: str) -> Any:
@@ -43,12 +44,34 @@ def owned(kind: str, name: str, owner: str) -> Any:
     )
 
 
+def service(name: str = "chat", status: Any = None, **meta: Any) -> Any:
+    """A VLLMService as the watch delivers it; `meta` updates its metadata."""
+    body: dict[str, Any] = {
+        "apiVersion": "serving.vllm-operator.dev/v1alpha1",
+        "kind": "VLLMService",
+        "metadata": {"name": name, "namespace": "ml", "uid": "u1", "generation": 1, **meta},
+        "spec": {"model": "meta-llama/Llama-3.1-8B-Instruct"},
+    }
+    if status is not None:
+        body["status"] = status
+    return kopf.Body(cast(Any, body))
+
+
+def event(memo: kopf.Memo, type_: str | None, body: Any) -> None:
+    meta = body["metadata"]
+    asyncio.run(
+        handlers.on_service_event(
+            memo=memo, type=type_, namespace=meta["namespace"], name=meta["name"], body=body
+        )
+    )
+
+
 def test_handlers_enqueue_keys_and_reconcile_nothing() -> None:
     ctl, cache, memo, gw = setup()
     assert not cache.synced_event.is_set()
-    asyncio.run(handlers.on_service(memo=memo, namespace="ml", name="chat"))
+    event(memo, "ADDED", service())
     assert cache.synced_event.is_set()  # the first resource handler passed Kopf's index gate
-    asyncio.run(handlers.on_service(memo=memo, namespace="ml", name="chat"))
+    event(memo, "ADDED", service())
     asyncio.run(handlers.on_owned_deployment(memo=memo, body=owned("Deployment", "x-l4", "other")))
     group_pod = owned("Pod", "big-0-1", "big")
     group_pod["metadata"]["labels"][LWS_LABEL_NAME] = "big-h100"
@@ -126,3 +149,56 @@ def test_the_periodic_list_task_enqueues_the_services_of_what_it_found(
             task.cancel()
 
     assert asyncio.run(one_round()) == [("ml", "chat"), ("ml", "edited")]
+
+
+def test_a_status_write_enqueues_nothing_and_what_the_reconcile_reads_does() -> None:
+    """Issue #32: the VLLMService's event handler decides what to enqueue (no Kopf
+    create/update/resume handlers, hence no diff-base PATCH). The operator's own status write
+    (status and resourceVersion change) must not cause a no-op reconcile; a spec edit (generation),
+    a label or annotation edit, and a deletion that waits on another finalizer must."""
+    ctl, _, memo, _ = setup()
+
+    def enqueued(type_: str | None, body: Any) -> bool:
+        event(memo, type_, body)
+        keys = ctl.queue.ready()
+        ctl.queue.discard(("ml", "chat"))
+        return keys == [("ml", "chat")]
+
+    assert enqueued("ADDED", service(resourceVersion="1"))
+    status = {"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True"}]}
+    assert not enqueued("MODIFIED", service(resourceVersion="2", status=status))
+    assert enqueued("MODIFIED", service(resourceVersion="3", generation=2))
+    assert not enqueued("MODIFIED", service(resourceVersion="4", generation=2))
+    labelled: dict[str, Any] = {"generation": 2, "labels": {"team": "a"}}
+    assert enqueued("MODIFIED", service(**labelled))
+    assert enqueued("MODIFIED", service(**labelled, annotations={"x": "1"}))
+    assert enqueued("MODIFIED", service(**labelled, annotations={"x": "2"}))
+    assert not enqueued("MODIFIED", service(**labelled, annotations={"x": "2"}, status=status))
+    going = service(**labelled, annotations={"x": "2"}, deletionTimestamp="2026-11-27T13:00:00Z")
+    assert enqueued("MODIFIED", going)
+    assert enqueued("DELETED", going)
+    assert len(memo["service_changes"]) == 0  # forgotten: no growth with deleted services
+
+
+def test_a_listing_enqueues_every_service_once_and_a_relisting_what_changed() -> None:
+    """A start (Kopf's initial list: events of type None) reconciles every service once; a
+    re-listing after a watch's 410 Gone enqueues only the services changed meanwhile."""
+    ctl, _, memo, _ = setup()
+    for name in ("a", "b"):
+        event(memo, None, service(name))
+    assert ctl.queue.ready() == [("ml", "a"), ("ml", "b")]
+    ctl.queue.discard(("ml", "a"))
+    ctl.queue.discard(("ml", "b"))
+    event(memo, None, service("a"))
+    event(memo, None, service("b", generation=2))
+    assert ctl.queue.ready() == [("ml", "b")]
+
+
+def test_a_service_a_complete_list_no_longer_returned_leaves_the_filter() -> None:
+    """Deleted while the watch was down: no DELETED event, the list sweep forgets it."""
+    ctl, _, memo, _ = setup()
+    event(memo, None, service("a"))
+    assert len(memo["service_changes"]) == 1
+    handlers._enqueue_found(memo, Kind.VLLM_SERVICE, dict(service("a")))
+    assert len(memo["service_changes"]) == 0
+    assert ctl.queue.ready() == [("ml", "a")]

@@ -143,8 +143,9 @@ ESCALATION: set[Grant] = {
 
 # What Kopf itself calls (handlers/registrations.py): it lists and watches every resource with a
 # handler (the watch caches' index handlers: VLLMServices, Deployments, LeaderWorkerSets, Services,
-# PDBs, pods and nodes), patches its bookkeeping annotations on the VLLMService (progress and diff-base storage
-# are annotations, never status), and lists/watches CRDs for resource discovery.
+# PDBs, pods and nodes), patches a VLLMService only to remove the finalizer older versions added
+# (with index and event handlers only, Kopf persists no diff-base or progress: #32), and
+# lists/watches CRDs for resource discovery.
 KOPF: set[Grant] = {
     ("serving.vllm-operator.dev", "vllmservices", "list"),
     ("serving.vllm-operator.dev", "vllmservices", "watch"),

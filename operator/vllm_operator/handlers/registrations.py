@@ -4,10 +4,11 @@ Handlers register and delegate to `reconcile.Controller`; they hold no logic and
 (Kopf would otherwise store return values in status). Resource handlers only map an event to
 service keys (`reconcile/triggers.py`) and add them to the controller's work queue (#32): they
 never reconcile on Kopf's threads and never raise, so Kopf does not retry anything of ours (the
-queue's backoff is the only retry). Kopf's own bookkeeping (progress, the
-last-handled configuration) lives in annotations under our prefix, never in status, and Kopf's
-per-handler Events are turned off: the controller emits Events for its decisions only, so a
-reconcile with nothing to change writes nothing.
+queue's backoff is the only retry). Every resource handler is an index or event handler: Kopf
+keeps no diff-base and no handler progress, so it writes nothing to any object (no
+last-handled-configuration annotation, no finalizer; `configure`), and Kopf's per-handler Events
+are turned off: the controller emits Events for its decisions only, so a reconcile with nothing
+to change writes nothing.
 """
 
 import asyncio
@@ -18,15 +19,15 @@ from typing import Any
 
 import kopf
 
-from vllm_operator.api.service import GROUP, KIND, PLURAL, VERSION
-from vllm_operator.handlers.kopf_essence import ApiKind, SelectiveDiffBaseStorage
+from vllm_operator.api.service import GROUP, PLURAL, VERSION
+from vllm_operator.handlers.kopf_essence import NoDiffBaseStorage
 from vllm_operator.kube.cache import WatchCache
 from vllm_operator.kube.gateway import LWS_GROUP, LWS_PLURAL, LWS_VERSION, Kind
 from vllm_operator.kube.relist import PeriodicRelist
 from vllm_operator.kube.slim import shed
 from vllm_operator.reconcile.controller import Controller
 from vllm_operator.reconcile.slices import slice_products
-from vllm_operator.reconcile.triggers import owners_of, service_of_group_pod
+from vllm_operator.reconcile.triggers import ServiceChanges, owners_of, service_of_group_pod
 from vllm_operator.rendering.names import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
 
 LIST_SWEEP_SECONDS = 1.0
@@ -38,10 +39,6 @@ LIST_SWEEP_SECONDS = 1.0
 API_ERROR_BACKOFFS = (0.5, 1.0, 1.0) + (2.0,) * 900
 WATCH_CONNECT_TIMEOUT = 5.0
 
-
-# The kinds with change-detecting handlers (`on_service`: create, update, resume): the only ones
-# whose Kopf diff-base is built (handlers/kopf_essence.py; a test checks Kopf's registry).
-CHANGING_KINDS: frozenset[ApiKind] = frozenset({(f"{GROUP}/{VERSION}", KIND)})
 
 # The admission handler's id: Kopf serves it at https://<host>:<port>/<id>, the path the
 # ValidatingWebhookConfiguration (chart, e2e) calls.
@@ -58,9 +55,9 @@ def operator_memo(
 ) -> kopf.Memo:
     """What every handler receives as `memo` (passed to `kopf.run(memo=...)`).
 
-    Kopf hands each handler a shallow copy, so the controller is shared; no module-level state.
-    Admission reviews run on two threads of their own, so they never queue behind reconciles in
-    Kopf's handler pool.
+    Kopf hands each handler a shallow copy, so the controller and the VLLMService event filter
+    (`service_changes`) are shared; no module-level state. Admission reviews run on two threads
+    of their own, so they never queue behind reconciles in Kopf's handler pool.
     """
     return kopf.Memo(
         controller=controller,
@@ -71,12 +68,18 @@ def operator_memo(
         admission_pool=concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="webhook"),
         cache=cache,
         relist=relist,
+        service_changes=ServiceChanges(),
     )
 
 
 def _controller(memo: kopf.Memo) -> Controller:
     controller: Controller = memo["controller"]
     return controller
+
+
+def _service_changes(memo: kopf.Memo) -> ServiceChanges:
+    changes: ServiceChanges = memo["service_changes"]
+    return changes
 
 
 def _enqueue(memo: kopf.Memo, keys: Iterable[tuple[str, str]]) -> None:
@@ -144,15 +147,26 @@ def _keys_of_gone(
     return owners_of(obj)
 
 
+def _enqueue_found(memo: kopf.Memo, kind: Kind, obj: dict[str, Any], gone: bool = True) -> None:
+    """Enqueue the services concerned by what a complete list found; a VLLMService it no longer
+    returned (deleted while a watch was down: no DELETED event) also leaves the event filter's
+    memory."""
+    keys = _keys_of_gone(memo, kind, obj, gone)
+    if kind is Kind.VLLM_SERVICE and gone:
+        for key in keys:
+            _service_changes(memo).forget(key)
+    _enqueue(memo, keys)
+
+
 async def _end_lists(memo: kopf.Memo, cache: WatchCache) -> None:
     """Once a second: finish quiet (re-)listings and enqueue the services whose objects a
     complete list no longer returned. On the event loop, like the node handler (one writer of
-    the node fingerprints)."""
+    the node fingerprints and of the VLLMService event filter)."""
     while True:
         await asyncio.sleep(LIST_SWEEP_SECONDS)
         try:
             for kind, obj in cache.end_lists():
-                _enqueue(memo, _keys_of_gone(memo, kind, obj))
+                _enqueue_found(memo, kind, obj)
         except Exception:  # never end the loop
             logging.getLogger(__name__).exception("Failed to finish a listing")
 
@@ -164,7 +178,7 @@ async def _relist(memo: kopf.Memo, relist: PeriodicRelist) -> None:
         await asyncio.sleep(max(relist.seconds_until_due(), LIST_SWEEP_SECONDS))
         try:
             for drift in await asyncio.to_thread(relist.run_due):
-                _enqueue(memo, _keys_of_gone(memo, drift.kind, drift.obj, drift.gone))
+                _enqueue_found(memo, drift.kind, drift.obj, drift.gone)
         except Exception:  # never end the loop
             logging.getLogger(__name__).exception("Failed a periodic list")
 
@@ -299,10 +313,14 @@ def login(memo: kopf.Memo, **kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Nothing persisted (#32): with index and event handlers only, Kopf stores no diff-base and
+    # no progress (kopf/_core/reactor/processing.py: both only for change-detecting handlers,
+    # daemons and timers) and patches an object only to drop a finalizer it no longer needs.
+    # The diff-base is not even built (handlers/kopf_essence.py). The progress storage stays
+    # Kopf's annotations one under our prefix, unused. The finalizer name is the one older
+    # versions added (they had a timer): Kopf removes it when it sees an object carrying it.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = SelectiveDiffBaseStorage(
-        changing=CHANGING_KINDS, prefix=GROUP, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = NoDiffBaseStorage()
     settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
     settings.posting.enabled = False
     settings.execution.max_workers = 16
@@ -332,14 +350,6 @@ def stop_workers(memo: kopf.Memo, **_: Any) -> None:
     _controller(memo).stop()
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL)
-async def on_service(memo: kopf.Memo, namespace: str | None, name: str | None, **_: Any) -> None:
-    """Create, update and resume all lead to the same level-based reconcile."""
-    _enqueue(memo, [(namespace or "default", name or "")])
-
-
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def on_service_event(
     memo: kopf.Memo,
@@ -349,7 +359,16 @@ async def on_service_event(
     body: kopf.Body,
     **_: Any,
 ) -> None:
-    """A deleted service is dropped from the cache and enqueued: its worker finds it gone and
+    """The VLLMService's only resource handler besides the cache's index (#32): it enqueues the
+    service when it was listed for the first time (a start or restart reconciles every service
+    once: Kopf hands each object of its initial list over as an event of type None,
+    kopf/_cogs/clients/watching.py `continuous_watch`), created, deleted, or changed in what a
+    reconcile reads of it (`ServiceChanges`). The operator's own status writes change none of that
+    and enqueue nothing. The reconcile is level-based (it compares the generation and what its
+    status recorded), so no diff is needed: no Kopf create/update/resume handler, hence no
+    diff-base PATCH per create and update.
+
+    A deleted service is dropped from the cache and enqueued: its worker finds it gone and
     forgets it (only the worker holding a key touches that service's state). Watching, not a
     deletion handler: no finalizer is needed, so deleting a VLLMService never waits for the
     operator (children go by owner references).
@@ -357,7 +376,7 @@ async def on_service_event(
     Async: in memory only; a sync handler would send every event of every service through
     Kopf's handler threads (#21: the creation burst's memory and latency)."""
     _watched(memo, Kind.VLLM_SERVICE, type, body)
-    if type == "DELETED":
+    if _service_changes(memo).wants(type, dict(body)):
         _enqueue(memo, [(namespace or "default", name or "")])
 
 

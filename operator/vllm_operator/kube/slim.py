@@ -14,9 +14,9 @@ and replicas.py read them), all of a pod's, a node's and a VLLMService's, and a 
 `status.images`; the cache's `_slim` asks `kept_managed_fields` for the entries it keeps. It runs in
 the index handlers right after the body went into the watch cache, before Kopf's gate, so the
 bodies waiting there are the slim ones. What runs after the gate sees nothing it reads removed:
-Kopf's diff base keeps only metadata.labels and annotations of the metadata
-(kopf/_cogs/configs/diffbase.py `build`), the event handlers read labels, owner references,
-names and a node's labels, capacity and conditions (reconcile/triggers.py), and a body the
+Kopf builds no diff base (handlers/kopf_essence.py), the event handlers read labels,
+annotations, owner references, names, a VLLMService's generation, uid and deletionTimestamp and a
+node's labels, capacity and conditions (reconcile/triggers.py), and a body the
 event handlers hand to the cache again (`WatchCache.listed`) is stored as it would have been.
 
 Kopf's `Body` is a read-only view, but its items are the parsed dicts themselves

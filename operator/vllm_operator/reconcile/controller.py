@@ -236,7 +236,7 @@ class Controller:
         Fail-safe (#12): whatever fails while gathering, planning, rendering or applying ends as
         a condition on this service only (`FailureReports.failed`) and a RetryableError with this service's
         backoff delay; the key comes back from the queue then until it succeeds, independent of
-        Kopf's diff-base (#20). A failing service is attempted at most once per backoff period
+        any watch event (#20). A failing service is attempted at most once per backoff period
         for the same generation, whatever triggers arrive (its Deployment's events, nodes).
         """
         key = (namespace, name)

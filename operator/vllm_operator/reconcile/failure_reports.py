@@ -130,10 +130,12 @@ class FailureReports:
         if reason is not None and body is not None:
             self._report(key, body, reason, message)
         if action == "reconcile":
-            # The retry is the queue's, not Kopf's: Kopf re-runs a handler only while the spec
-            # differs from its last-handled configuration, so after A -> B (failing) -> A it
-            # would call nothing and status would stay at B's generation (#20). A successful
-            # retry ends the chain; a deferred one wants the key again at the backoff's end.
+            # The retry is the queue's, not Kopf's: no watch event follows a failed reconcile
+            # (the handlers enqueue on changes only), and Kopf's change-detecting handlers, used
+            # before #32, re-ran only while the spec differed from their last-handled
+            # configuration, so after A -> B (failing) -> A status stayed at B's generation
+            # (#20). A successful retry ends the chain; a deferred one wants the key again at
+            # the backoff's end.
             self._want((namespace, name), self._monotonic() + delay)
         return RetryableError(message, delay=delay)
 

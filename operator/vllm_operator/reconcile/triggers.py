@@ -4,7 +4,8 @@ The Kopf handlers only translate an event into `(namespace, name)` keys with the
 add them to the controller's queue; whether and when a key is reconciled is the queue's and the
 controller's business. Mapping rules:
 
-- a VLLMService event: the service itself (a deleted one too: its worker finds it gone and drops
+- a VLLMService event: the service itself, when something a reconcile reads of it other than its
+  status changed (`ServiceChanges`; a deleted one too: its worker finds it gone and drops
   everything the controller remembers about it);
 - an owned Deployment or LeaderWorkerSet: its controlling VLLMService (owner reference);
 - a pod of a multi-node group: its service (instance label), since a group's readiness is counted
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_operator.api.groups import LWS_LABEL_NAME
-from vllm_operator.kube.bodies import Meta, NodeBody, PodBody
+from vllm_operator.kube.bodies import Meta, NodeBody, PodBody, VLLMServiceBody
 from vllm_operator.kube.gateway import Obj
 from vllm_operator.reconcile.inventory import canonical_label
 from vllm_operator.rendering.names import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
@@ -79,6 +80,61 @@ def node_fingerprint(node: Obj, *, deleted: bool) -> tuple[Any, ...]:
         tuple(sorted(annotations.items())),
         deleted,
     )
+
+
+def service_fingerprint(service: Obj) -> tuple[Any, ...]:
+    """What a reconcile reads of a VLLMService besides its status: equal fingerprints, nothing
+    to reconcile again.
+
+    The reconcile reads the spec (its changes bump `metadata.generation`: the CRD has a status
+    subresource, so status writes never do), the uid (owner references), the deletionTimestamp
+    (`VLLMServiceBody.gone`) and the status it wrote itself. Labels and annotations are in too:
+    the reconcile reads none of them today, but an edit of them is rare and a user's
+    `kubectl annotate` is then a way to ask for a reconcile (Kopf's diff-base, which decided
+    before #32, held them too). Hashed, since the last-applied annotation can be kilobytes.
+    """
+    meta = VLLMServiceBody(service).meta
+    return (
+        meta.uid,
+        meta.generation,
+        meta.raw.get("deletionTimestamp"),
+        hash(tuple(sorted((str(k), str(v)) for k, v in meta.labels.items()))),
+        hash(tuple(sorted((str(k), str(v)) for k, v in meta.annotations.items()))),
+    )
+
+
+class ServiceChanges:
+    """Which VLLMService watch events need a reconcile (#32): its creation, its deletion, a
+    change of its fingerprint, and the first sight of it in a listing (a restart reconciles every
+    service once). A status write, the operator's own every reconcile that changes anything, has
+    the fingerprint of the event before it and enqueues nothing, so a reconcile does not cause a
+    no-op one. A re-listing (Kopf lists again after a watch's 410 Gone) enqueues what changed
+    while the watch was down, not every service.
+
+    Memory: one fingerprint per existing service, dropped on DELETED and when a complete list no
+    longer returns the service (`forget`). One writer: Kopf's event loop (the handler is async,
+    the list sweeps run on the loop).
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[Key, tuple[Any, ...]] = {}
+
+    def wants(self, event_type: str | None, service: Obj) -> bool:
+        """Whether this event (type None: a listing) needs a reconcile of its service."""
+        key = VLLMServiceBody(service).key
+        if event_type == "DELETED":
+            self._seen.pop(key, None)
+            return True
+        fingerprint = service_fingerprint(service)
+        previous = self._seen.get(key)
+        self._seen[key] = fingerprint
+        return event_type == "ADDED" or previous != fingerprint
+
+    def forget(self, key: Key) -> None:
+        self._seen.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
 
 class Triggers:
@@ -137,8 +193,10 @@ class Triggers:
 
 __all__ = [
     "NODE_FIELDS",
+    "ServiceChanges",
     "Triggers",
     "node_fingerprint",
     "owners_of",
+    "service_fingerprint",
     "service_of_group_pod",
 ]
