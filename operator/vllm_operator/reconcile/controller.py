@@ -356,21 +356,29 @@ class Controller:
             gpu_allocation=self.gpu_allocation,
         )
         note = budget_note(service, budgets)
+        # The service's labelled workloads, read once (#32 no-op reconcile): placement and each
+        # pool take their live object from this listing, and the prune pass below reuses it
+        # unless a write came in between. A name the listing lacks is read by name, as before:
+        # an object someone else created under that name carries no labels of ours (a name
+        # conflict).
+        listed = self._list_workloads(namespace, name)
+        writes_before = self.gw.writes
         # placement.strategy Preferred (#29): each pool's share of the total.
         placement = place_replicas(
-            self.gw, service, pools, nodes, old_status.placement, old_status.overrides, now
+            self.gw,
+            service,
+            pools,
+            nodes,
+            old_status.placement,
+            old_status.overrides,
+            now,
+            listed=listed[Kind.DEPLOYMENT],
         )
 
         desired_names: set[tuple[Kind, str]] = set()
         conflicts: list[str] = []
         settling = 0.0
         applied: list[str] = []
-        # The service's labelled workloads, read once (#32 no-op reconcile): each pool's live
-        # object is taken from this listing, and the prune pass below reuses it unless a write
-        # came in between. A name the listing lacks is read by name, as before: an object
-        # someone else created under that name carries no labels of ours (a name conflict).
-        listed = self._list_workloads(namespace, name)
-        writes_before = self.gw.writes
         try:
             for pool in pools:
                 if pool.deployment is None:
@@ -378,7 +386,7 @@ class Controller:
                 # A pool's workload: a Deployment, or a LeaderWorkerSet for a multi-node pool.
                 kind = Kind(pool.deployment["kind"])
                 desired_names.add((kind, pool.deployment["metadata"]["name"]))
-                live = _named(listed[kind], pool.deployment["metadata"]["name"])
+                live = listed[kind].get(pool.deployment["metadata"]["name"])
                 if live is None:
                     live = self.gw.get(kind, namespace, pool.deployment["metadata"]["name"])
                 if live is not None and not owned_by(live, service):
@@ -420,7 +428,7 @@ class Controller:
 
         if self.gw.writes != writes_before:
             listed = self._list_workloads(namespace, name)  # what the writes left
-        owned = [d for kind in POOL_KINDS for d in listed[kind] if owned_by(d, service)]
+        owned = [d for kind in POOL_KINDS for d in listed[kind].values() if owned_by(d, service)]
         existing = prune(self.gw, service, owned, desired_names, outcome)
         outcome.deleted.extend(prune_claim_templates(self.gw, service, pools))
         if existing:
@@ -463,10 +471,15 @@ class Controller:
         self.pool_plans.set((namespace, name), [(p.gpu_type, p.feasible) for p in pools])
         return outcome
 
-    def _list_workloads(self, namespace: str, name: str) -> dict[Kind, list[Obj]]:
-        """The service's labelled pool workloads of each kind (the watch cache, or the API)."""
+    def _list_workloads(self, namespace: str, name: str) -> dict[Kind, dict[str, Obj]]:
+        """The service's labelled pool workloads of each kind by name (the watch cache, or the
+        API), in the listing's order."""
         return {
-            kind: self.gw.list_owned(kind, namespace, selector_labels(name)) for kind in POOL_KINDS
+            kind: {
+                str((d.get("metadata") or {}).get("name")): d
+                for d in self.gw.list_owned(kind, namespace, selector_labels(name))
+            }
+            for kind in POOL_KINDS
         }
 
     def _fleet_observations(
@@ -493,14 +506,6 @@ class Controller:
         if decision.recheck_seconds is not None:
             key = (service.namespace, service.name)
             self._want(key, self._monotonic() + decision.recheck_seconds)
-
-
-def _named(objects: Sequence[Obj], name: str) -> Obj | None:
-    """The object called `name` among `objects`, or None."""
-    for obj in objects:
-        if (obj.get("metadata") or {}).get("name") == name:
-            return obj
-    return None
 
 
 __all__ = [
