@@ -57,7 +57,6 @@ from vllm_operator.reconcile.evaluation_batches import EvaluationBatches
 from vllm_operator.reconcile.failure_reports import FailureReports
 from vllm_operator.reconcile.failures import RetryableError, backoff_delay
 from vllm_operator.reconcile.group_readiness import count_ready_groups
-from vllm_operator.reconcile.inventory import group_gpu_nodes
 from vllm_operator.reconcile.node_view import NodeView
 from vllm_operator.reconcile.observed import fleet_members, fleet_observations
 from vllm_operator.reconcile.outcome import Outcome
@@ -344,7 +343,7 @@ class Controller:
 
         nodes = self.node_view.nodes()
         self.settle.note_nodes((namespace, name), self.node_view.digest(nodes))
-        groups = group_gpu_nodes(nodes)
+        groups = self.node_view.groups(nodes)
         budgets = self.node_view.budgets(service, nodes, now, outcome)
         pools = plan_pools(
             prepared,
