@@ -310,9 +310,7 @@ class WatchCache:
             or (current is not None and rv is not None and rv == current.rv)
         )
 
-    def _store(
-        self, kind: Kind, key: Key, rv: int | None, obj: Obj, entry: _Entry | None
-    ) -> bool:
+    def _store(self, kind: Kind, key: Key, rv: int | None, obj: Obj, entry: _Entry | None) -> bool:
         """`store` under the guard; `entry`: `obj` encoded already (None: encoded here if kept)."""
         if _older(rv, self._tombstones.get((kind, key))):
             return False
