@@ -723,3 +723,32 @@ def test_an_object_seen_again_at_the_same_version_is_confirmed_not_encoded_again
     cache.observe(Kind.DEPLOYMENT, None, changed)
     assert encoded == ["a", "a"]
     assert cache.lookup(Kind.DEPLOYMENT, "ns", "a")[1]["spec"]["replicas"] == 3  # type: ignore[index]
+
+
+def test_a_new_version_is_encoded_outside_the_guard_and_checked_again_under_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """#32 no-op reconcile: encoding a stored object under the guard made the workers' reads
+    wait for the event loop's listing on a restart. The encoding now runs without the guard,
+    and a newer version stored meanwhile by another thread still wins."""
+    cache = WatchCache()
+    guarded: list[bool] = []
+    racing: list[Obj] = []
+
+    class Watched(cache_module._Entry):
+        def __init__(self, kind: Kind, obj: Obj) -> None:
+            guarded.append(cache._guard.locked())
+            if racing and not guarded[-1]:
+                cache.store(Kind.DEPLOYMENT, racing.pop())  # another thread, in between
+            super().__init__(kind, obj)
+
+    monkeypatch.setattr(cache_module, "_Entry", Watched)
+    cache.observe(Kind.DEPLOYMENT, None, deployment("a", rv="5"))
+    cache.mark_synced()
+    newer = deployment("a", rv="7")
+    newer["spec"]["replicas"] = 7
+    racing.append(newer)
+    cache.observe(Kind.DEPLOYMENT, None, deployment("a", rv="6"))  # loses to rv 7
+    assert guarded == [False, False, False]
+    found = cache.lookup(Kind.DEPLOYMENT, "ns", "a")[1] or {}
+    assert found["metadata"]["resourceVersion"] == "7" and found["spec"]["replicas"] == 7

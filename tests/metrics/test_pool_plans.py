@@ -57,3 +57,38 @@ def test_controller_clears_the_infeasible_series_when_the_plan_becomes_feasible(
     assert _samples(registry) == {("NVIDIA-H100-80GB-HBM3", "true"): 1}
     ctl.forget("default", "llama-70b")
     assert _samples(registry) == {}
+
+
+class _CountingGauge(Gauge):
+    """A gauge that counts the series it is asked to set or remove."""
+
+    touched = 0
+
+    def labels(self, *values: str) -> Gauge:  # type: ignore[override]
+        _CountingGauge.touched += 1
+        return super().labels(*values)
+
+    def remove(self, *values: str) -> None:
+        _CountingGauge.touched += 1
+        super().remove(*values)
+
+
+def test_a_service_touches_only_its_own_series_however_many_services() -> None:
+    """#32 no-op reconcile: the counts move by one service's change; recounting every service
+    on every reconcile made a resync of N services O(N^2)."""
+    registry = CollectorRegistry()
+    plans = PoolPlans(
+        _CountingGauge("pool_plans", "test", ["gpu_type", "feasible"], registry=registry)
+    )
+    for i in range(500):
+        plans.set(("ns", f"s{i}"), [("NVIDIA-L4", True), ("Tesla-T4", i % 2 == 0)])
+    _CountingGauge.touched = 0
+    plans.set(("ns", "s1"), [("NVIDIA-L4", True), ("Tesla-T4", False)])  # unchanged
+    assert _CountingGauge.touched == 0
+    plans.set(("ns", "s1"), [("NVIDIA-L4", True)])
+    assert _CountingGauge.touched == 2  # NVIDIA-L4 true stays 500 (set again), T4 false 249
+    assert _samples(registry) == {
+        ("NVIDIA-L4", "true"): 500,
+        ("Tesla-T4", "true"): 250,
+        ("Tesla-T4", "false"): 249,
+    }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -27,10 +28,17 @@ from vllm_operator.api.spec import GpuAllocation
 from vllm_operator.api.status import Observation, Override
 from vllm_operator.hub.resolver import HubArchitectureResolver
 from vllm_operator.kube.fake import FakeGateway
+from vllm_operator.reconcile import pools
 from vllm_operator.reconcile.admission_chain import ServiceRejected, check_object
 from vllm_operator.reconcile.inventory import group_gpu_nodes
-from vllm_operator.reconcile.observed import observation_key
-from vllm_operator.reconcile.pools import PlanCache, PoolOutcome, PreparedService, plan_pools
+from vllm_operator.reconcile.observed import observation_key, planner_observations
+from vllm_operator.reconcile.pools import (
+    PlanCache,
+    PoolOutcome,
+    PreparedService,
+    _GroupView,
+    plan_pools,
+)
 from vllm_operator.reconcile.pools import prepare_service as prepare
 
 from .nodes import cordoned, cpu_node, gpu_node
@@ -239,3 +247,59 @@ def test_a_result_shared_between_services_is_what_planning_afresh_gives(obj: Any
     Inputs(theirs, nodes()).plan(plans)  # the entry another service left
     shared = Inputs(mine, nodes()).plan(plans)
     assert shared == Inputs(mine, nodes()).plan(PlanCache())
+
+
+def _inputs_as_before(
+    prepared: PreparedService,
+    group: Any,
+    facts: Any,
+    all_facts: Any,
+    measured_free_mib: Any,
+    overrides: Any,
+    observations: Any,
+    allocation: GpuAllocation,
+) -> str:
+    """`pool_inputs` as it was written before its parts were memoised (#32 no-op reconcile):
+    one json.dumps of the whole object with sorted keys."""
+    return json.dumps(
+        {
+            "spec": prepared.service.spec.model_dump(mode="json", by_alias=True),
+            "arch": prepared.arch.model_dump(mode="json"),
+            "intent": prepared.intent.model_dump(mode="json"),
+            "group": dataclasses.asdict(_GroupView.of(group)),
+            "facts": facts.model_dump(mode="json"),
+            "others": [f.model_dump(mode="json") for f in all_facts if f.label != facts.label],
+            "measured": (measured_free_mib or {}).get(group.product),
+            "overrides": [o.model_dump(mode="json", by_alias=True) for o in overrides],
+            "observations": [
+                o.model_dump(mode="json")
+                for o in planner_observations(prepared.service.spec, group.product, observations)
+            ],
+            "allocation": allocation.value,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+@pytest.mark.parametrize("what", ["base", *sorted(CHANGES)])
+def test_the_inputs_text_is_the_whole_object_serialised_with_sorted_keys(
+    what: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Status records the digest of this text, so its spelling must not change with the memo of
+    its shared parts: otherwise an operator upgrade rewrites every service's status. Twice, so
+    the second call is answered from the memo."""
+    inputs = base() if what == "base" else CHANGES[what](base())
+    seen: list[tuple[Any, ...]] = []
+
+    def spy(*args: Any) -> str:
+        seen.append(args)
+        return real(*args)
+
+    real = pools.pool_inputs
+    monkeypatch.setattr(pools, "pool_inputs", spy)
+    inputs.plan(PlanCache())
+    inputs.plan(PlanCache())
+    assert seen
+    for args in seen:
+        assert real(*args) == _inputs_as_before(*args)

@@ -13,6 +13,7 @@ import pytest
 
 from vllm_operator.hub.resolver import HubArchitectureResolver
 from vllm_operator.kube.cache import CachedGateway, WatchCache
+from vllm_operator.kube.fake import FakeGateway
 from vllm_operator.kube.gateway import Kind
 from vllm_operator.planning import plan as planner
 from vllm_operator.reconcile import pools
@@ -118,3 +119,50 @@ def test_a_restart_through_the_watch_cache_corrects_only_a_workload_edited_while
     assert gw.writes - writes == Counter({"apply:Deployment": 1, "event": 1})  # and its Event
     live = gw.objects[(Kind.DEPLOYMENT, "default", edited["metadata"]["name"])]
     assert live["spec"]["template"]["spec"]["containers"][0]["args"] == planned_args
+
+
+class _ReadLog(FakeGateway):
+    """The fake API server, noting the name of every workload a read returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.returned: Counter[str] = Counter()
+
+    def get(self, kind: Kind, namespace: str, name: str) -> Any:
+        obj = super().get(kind, namespace, name)
+        if obj is not None and kind in (Kind.DEPLOYMENT, Kind.LEADER_WORKER_SET):
+            self.returned[obj["metadata"]["name"]] += 1
+        return obj
+
+    def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> Any:
+        found = super().list_owned(kind, namespace, selector)
+        self.returned.update(o["metadata"]["name"] for o in found)
+        return found
+
+
+def test_a_no_op_reconcile_reads_each_workload_once() -> None:
+    """#32 no-op reconcile: each pool's live workload comes from the one listing of the
+    service's workloads that the prune pass also uses (read twice before: by name per pool, then
+    in the listing), and a reconcile that wrote a workload lists again for the prune pass."""
+    gw = _ReadLog()
+    gw.nodes = cluster().nodes
+    obj = copy.deepcopy(example(TEMPLATES[0]))
+    obj["metadata"] = {"name": "svc-0", "namespace": "default"}
+    gw.add(obj)
+    ctl = Controller(gw, HubArchitectureResolver(gw, OfflineHub()), clock=lambda: NOW)
+    for _ in range(2):
+        ctl.reconcile("default", "svc-0")
+    (workload,) = [n for (k, _, n) in gw.objects if k is Kind.DEPLOYMENT]
+
+    gw.returned.clear()
+    outcome = ctl.reconcile("default", "svc-0")
+    assert outcome.applied == [] and not outcome.status_written
+    assert gw.returned == Counter({workload: 1})
+
+    # Edited behind the operator's back: applied back, then listed again for the prune pass.
+    live = gw.objects[(Kind.DEPLOYMENT, "default", workload)]
+    live["spec"]["template"]["spec"]["containers"][0]["args"].append("--enforce-eager")
+    gw.returned.clear()
+    outcome = ctl.reconcile("default", "svc-0")
+    assert outcome.applied == [f"Deployment/{workload}"]
+    assert gw.returned == Counter({workload: 2})

@@ -276,45 +276,75 @@ class WatchCache:
             self.store(kind, body)
 
     def store(self, kind: Kind, obj: Obj) -> bool:
-        """Keep `obj` unless a newer version (or its deletion) was seen; True when kept."""
+        """Keep `obj` unless a newer version (or its deletion) was seen; True when kept.
+
+        A new version is encoded outside the guard (#32 no-op reconcile): on a restart the
+        event loop stores every listed object while the workers read theirs, and encoding under
+        the guard made the workers wait for it (the restart profile's `WatchCache.lookup` and
+        `select` waits). The guard is then taken again and every rule checked afresh, so the
+        outcome is the one a single pass under the guard gives; the encoding is wasted only
+        when another thread stored a newer version in between."""
         if kind not in CACHED_KINDS:
             return False  # not watched (the InferencePool, the picker's RBAC): always read
         key = _key(obj)
         rv = _rv(obj)
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        foreign = kind in LABELLED_KINDS and labels.get(LABEL_MANAGED_BY) != MANAGED_BY
+        if not foreign:
+            with self._guard:
+                if self._settled(kind, key, rv):
+                    return self._store(kind, key, rv, obj, None)
+            entry: _Entry | None = _Entry(kind, obj)
+        else:
+            entry = None  # remembered by name only: nothing to encode
         with self._guard:
-            if _older(rv, self._tombstones.get((kind, key))):
-                return False
-            current = self._objects[kind].get(key)
-            if current is not None and _older(rv, current.rv):
-                return False
-            self._tombstones.pop((kind, key), None)
-            self._stale.discard((kind, key))
-            self._unconfirmed.discard((kind, key))
-            self._seen[(kind, key)] = self._clock()
-            if current is not None and rv is not None and rv == current.rv:
-                # The version held (Kopf hands each event to the index handler and the event
-                # handler): confirmed above, nothing to encode again (#32).
-                return True
-            if kind is Kind.POD:
-                claim = gpu_claim(obj)
-                if claim is None:
-                    self._gpu_claims.pop(key, None)
-                else:
-                    self._gpu_claims[key] = claim
-            labels = (obj.get("metadata") or {}).get("labels") or {}
-            if kind in LABELLED_KINDS and labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
-                self._drop(kind, key)
-                self._foreign[kind][key] = rv
-                return True
-            self._foreign[kind].pop(key, None)
-            self._drop(kind, key)
-            entry = self._objects[kind][key] = _Entry(kind, obj)
-            for (indexed, text), keys in self._text_keys.items():
-                if indexed is kind and text in entry.text:
-                    keys.add(key)
-            group = (kind, key[0], str(labels.get(LABEL_INSTANCE, "")))
-            self._groups.setdefault(group, set()).add(key)
+            return self._store(kind, key, rv, obj, entry)
+
+    def _settled(self, kind: Kind, key: Key, rv: int | None) -> bool:
+        """Whether `_store` decides about this version without a new entry (under the guard):
+        older than a deletion or than the held version, or the held version itself."""
+        current = self._objects[kind].get(key)
+        return (
+            _older(rv, self._tombstones.get((kind, key)))
+            or (current is not None and _older(rv, current.rv))
+            or (current is not None and rv is not None and rv == current.rv)
+        )
+
+    def _store(self, kind: Kind, key: Key, rv: int | None, obj: Obj, entry: _Entry | None) -> bool:
+        """`store` under the guard; `entry`: `obj` encoded already (None: encoded here if kept)."""
+        if _older(rv, self._tombstones.get((kind, key))):
+            return False
+        current = self._objects[kind].get(key)
+        if current is not None and _older(rv, current.rv):
+            return False
+        self._tombstones.pop((kind, key), None)
+        self._stale.discard((kind, key))
+        self._unconfirmed.discard((kind, key))
+        self._seen[(kind, key)] = self._clock()
+        if current is not None and rv is not None and rv == current.rv:
+            # The version held (Kopf hands each event to the index handler and the event
+            # handler): confirmed above, nothing to encode again (#32).
             return True
+        if kind is Kind.POD:
+            claim = gpu_claim(obj)
+            if claim is None:
+                self._gpu_claims.pop(key, None)
+            else:
+                self._gpu_claims[key] = claim
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if kind in LABELLED_KINDS and labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+            self._drop(kind, key)
+            self._foreign[kind][key] = rv
+            return True
+        self._foreign[kind].pop(key, None)
+        self._drop(kind, key)
+        entry = self._objects[kind][key] = entry if entry is not None else _Entry(kind, obj)
+        for (indexed, text), keys in self._text_keys.items():
+            if indexed is kind and text in entry.text:
+                keys.add(key)
+        group = (kind, key[0], str(labels.get(LABEL_INSTANCE, "")))
+        self._groups.setdefault(group, set()).add(key)
+        return True
 
     def _drop(self, kind: Kind, key: Key) -> None:
         """Forget a stored object and its index entry (under the guard)."""

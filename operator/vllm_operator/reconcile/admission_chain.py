@@ -40,6 +40,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -255,14 +256,23 @@ def _extra_args(subject: ServiceSubject) -> Refusal | None:
 
 def _extra_args_rules(subject: ServiceSubject) -> Refusal | None:
     vllm = subject.service.spec.vllm
-    violations = check_engine_rules(vllm.version, extra_arg_values(vllm.version, vllm.extra_args))
+    return _engine_rules_refusal(vllm.version, tuple(vllm.extra_args.items()))
+
+
+@lru_cache(maxsize=512)
+def _engine_rules_refusal(version: str, extra: tuple[tuple[str, str], ...]) -> Refusal | None:
+    """`_extra_args_rules` by the values it reads (a pure function of the release and the flags):
+    every reconcile runs the service steps, and services share a few configurations, so the
+    rules are evaluated once per configuration (#32 no-op reconcile)."""
+    extra_args = dict(extra)
+    violations = check_engine_rules(version, extra_arg_values(version, extra_args))
     if not violations:
         return None
     return Refusal(
         Reason.INVALID_ENGINE_CONFIG,
         "spec.vllm.extraArgs",
         "spec.vllm.extraArgs: "
-        + engine_config_message(violations, origins_of(vllm.extra_args, vllm.version)),
+        + engine_config_message(violations, origins_of(extra_args, version)),
     )
 
 

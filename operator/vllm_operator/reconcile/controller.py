@@ -57,7 +57,6 @@ from vllm_operator.reconcile.evaluation_batches import EvaluationBatches
 from vllm_operator.reconcile.failure_reports import FailureReports
 from vllm_operator.reconcile.failures import RetryableError, backoff_delay
 from vllm_operator.reconcile.group_readiness import count_ready_groups
-from vllm_operator.reconcile.inventory import group_gpu_nodes
 from vllm_operator.reconcile.node_view import NodeView
 from vllm_operator.reconcile.observed import fleet_members, fleet_observations
 from vllm_operator.reconcile.outcome import Outcome
@@ -344,7 +343,7 @@ class Controller:
 
         nodes = self.node_view.nodes()
         self.settle.note_nodes((namespace, name), self.node_view.digest(nodes))
-        groups = group_gpu_nodes(nodes)
+        groups = self.node_view.groups(nodes)
         budgets = self.node_view.budgets(service, nodes, now, outcome)
         pools = plan_pools(
             prepared,
@@ -356,9 +355,23 @@ class Controller:
             gpu_allocation=self.gpu_allocation,
         )
         note = budget_note(service, budgets)
+        # The service's labelled workloads, read once (#32 no-op reconcile): placement and each
+        # pool take their live object from this listing, and the prune pass below reuses it
+        # unless a write came in between. A name the listing lacks is read by name, as before:
+        # an object someone else created under that name carries no labels of ours (a name
+        # conflict).
+        listed = self._list_workloads(namespace, name)
+        writes_before = self.gw.writes
         # placement.strategy Preferred (#29): each pool's share of the total.
         placement = place_replicas(
-            self.gw, service, pools, nodes, old_status.placement, old_status.overrides, now
+            self.gw,
+            service,
+            pools,
+            nodes,
+            old_status.placement,
+            old_status.overrides,
+            now,
+            listed=listed[Kind.DEPLOYMENT],
         )
 
         desired_names: set[tuple[Kind, str]] = set()
@@ -372,7 +385,9 @@ class Controller:
                 # A pool's workload: a Deployment, or a LeaderWorkerSet for a multi-node pool.
                 kind = Kind(pool.deployment["kind"])
                 desired_names.add((kind, pool.deployment["metadata"]["name"]))
-                live = self.gw.get(kind, namespace, pool.deployment["metadata"]["name"])
+                live = listed[kind].get(pool.deployment["metadata"]["name"])
+                if live is None:
+                    live = self.gw.get(kind, namespace, pool.deployment["metadata"]["name"])
                 if live is not None and not owned_by(live, service):
                     conflicts.append(f"{kind} {namespace}/{pool.deployment['metadata']['name']}")
                     pool.deployment_name = None
@@ -410,12 +425,9 @@ class Controller:
             # Even when a later pool failed: the pools applied before it are reported.
             plans_applied(self.gw, service, applied, outcome)
 
-        owned = [
-            d
-            for kind in POOL_KINDS
-            for d in self.gw.list_owned(kind, namespace, selector_labels(name))
-            if owned_by(d, service)
-        ]
+        if self.gw.writes != writes_before:
+            listed = self._list_workloads(namespace, name)  # what the writes left
+        owned = [d for kind in POOL_KINDS for d in listed[kind].values() if owned_by(d, service)]
         existing = prune(self.gw, service, owned, desired_names, outcome)
         outcome.deleted.extend(prune_claim_templates(self.gw, service, pools))
         if existing:
@@ -457,6 +469,17 @@ class Controller:
         write_status(self.gw, body, old_status, status, outcome, service)
         self.pool_plans.set((namespace, name), [(p.gpu_type, p.feasible) for p in pools])
         return outcome
+
+    def _list_workloads(self, namespace: str, name: str) -> dict[Kind, dict[str, Obj]]:
+        """The service's labelled pool workloads of each kind by name (the watch cache, or the
+        API), in the listing's order."""
+        return {
+            kind: {
+                str((d.get("metadata") or {}).get("name")): d
+                for d in self.gw.list_owned(kind, namespace, selector_labels(name))
+            }
+            for kind in POOL_KINDS
+        }
 
     def _fleet_observations(
         self, service: VLLMService, own: Sequence[Observation]

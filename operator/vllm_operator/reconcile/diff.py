@@ -15,6 +15,7 @@ entry made every reconcile re-apply and post `PlanApplied` (issue #20, defect 3)
 """
 
 import json
+from functools import lru_cache
 from typing import Any
 
 from vllm_operator.api.service import FIELD_MANAGER
@@ -49,8 +50,13 @@ def owned_fields(live: dict[str, Any], manager: str = FIELD_MANAGER) -> Fields |
     return None
 
 
+@lru_cache(maxsize=4096)
 def _entry_key(owned_key: str) -> dict[str, Any] | None:
-    """The key of an associative list entry in fieldsV1 (`k:{"name":"x"}`), or None."""
+    """The key of an associative list entry in fieldsV1 (`k:{"name":"x"}`), or None.
+
+    Memoised (callers only read the result): every comparison of a workload parses the same
+    few keys (`k:{"name":"vllm"}`, a port, a volume), ~14 % of `needs_apply` (#32 no-op
+    reconcile)."""
     if not owned_key.startswith("k:"):
         return None
     try:

@@ -14,6 +14,7 @@ reported separately (`schedulable_nodes`, `unavailable_nodes`).
 
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -266,8 +267,14 @@ def group_gpu_nodes(nodes: list[dict[str, object]]) -> dict[str, GpuNodeGroup]:
     }
 
 
+@lru_cache(maxsize=1024)
 def canonical_label(label: str) -> str:
-    """The catalog's canonical spelling of a product label or alias, or the label itself."""
+    """The catalog's canonical spelling of a product label or alias, or the label itself.
+
+    Memoised: the catalog is fixed for the process (`catalog.gpus._rows` is cached), and every
+    reconcile matches each of its gpuTypes against every node group's product; a label the
+    catalog does not know computed its closest known labels (difflib) each time, for an error
+    this function drops (#32 no-op reconcile)."""
     try:
         return lookup_gpu(label).label
     except UnknownGpuError:

@@ -19,6 +19,7 @@ from vllm_operator.kube.bodies import Meta, NodeBody
 from vllm_operator.kube.gateway import KubeGateway, Obj
 from vllm_operator.reconcile.budgets import BudgetCache, MeasuredBudgets, measured_budgets
 from vllm_operator.reconcile.dra_apply import SliceMismatches
+from vllm_operator.reconcile.inventory import GpuNodeGroup, group_gpu_nodes
 from vllm_operator.reconcile.outcome import Outcome
 from vllm_operator.reconcile.reporting import emit_on_node
 from vllm_operator.reconcile.slices import merge_slices
@@ -37,6 +38,7 @@ class NodeView:
         self._cache: tuple[float, list[Obj]] | None = None
         self._cache_guard = threading.Lock()
         self._digested: tuple[list[Obj], str] | None = None
+        self._grouped: tuple[list[Obj], dict[str, GpuNodeGroup]] | None = None
         # DRA inventory (#30): one Warning per node and disagreement between GFD and slices.
         self._slice_mismatches = SliceMismatches()
         # Probe annotations: decoded once per change, one Warning per (node, problem) on the node.
@@ -84,6 +86,17 @@ class NodeView:
         ).hexdigest()
         self._digested = (nodes, digest)
         return digest
+
+    def groups(self, nodes: list[Obj]) -> dict[str, GpuNodeGroup]:
+        """The GPU node groups of `nodes` (inventory.group_gpu_nodes), computed once per node
+        list like `digest` (#32 no-op reconcile: a burst of reconciles shares one list). Callers
+        only read the result (frozen groups)."""
+        cached = self._grouped
+        if cached is not None and cached[0] is nodes:
+            return cached[1]
+        groups = group_gpu_nodes(nodes)
+        self._grouped = (nodes, groups)
+        return groups
 
     def budgets(
         self, service: VLLMService, nodes: list[Obj], now: datetime, outcome: Outcome

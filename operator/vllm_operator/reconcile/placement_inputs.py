@@ -10,7 +10,7 @@ Under `All` it does nothing: every pool keeps spec.replicas.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -182,14 +182,21 @@ def place_replicas(
     previous: PlacementStatus | None,
     overrides: Sequence[Override],
     now: datetime,
+    listed: Mapping[str, Obj] | None = None,
 ) -> PlacementDecision | None:
     """Under Preferred: decide the split and set each pool Deployment's spec.replicas to its
-    share (the plan hash is untouched, so a move never rolls pods). None under All."""
+    share (the plan hash is untouched, so a move never rolls pods). None under All.
+
+    `listed`: the service's labelled Deployments by name as the caller listed them; a pool's
+    Deployment found there is not read again (#32 no-op reconcile)."""
     spec = service.spec
     if spec.placement.strategy != PlacementStrategy.PREFERRED:
         return None
     lives = {
-        pool.gpu_type: gw.get(Kind.DEPLOYMENT, service.namespace, pool.deployment_name)
+        pool.gpu_type: (
+            (listed or {}).get(pool.deployment_name)
+            or gw.get(Kind.DEPLOYMENT, service.namespace, pool.deployment_name)
+        )
         if pool.deployment_name
         else None
         for pool in pools

@@ -29,8 +29,17 @@ class CountingGateway:
         self.inner = inner
         self._count_reads = count_reads
         self._count_writes = count_writes
+        self._writes = 0
+
+    @property
+    def writes(self) -> int:
+        """Writes made through this gateway so far (any thread): a caller compares two readings
+        to learn whether anything was written between them (another thread's write only makes
+        it look written, never the other way)."""
+        return self._writes
 
     def _wrote(self, what: str) -> None:
+        self._writes += 1
         if self._count_writes:
             m.API_WRITES.labels(what).inc()
 

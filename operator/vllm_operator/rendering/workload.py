@@ -117,9 +117,10 @@ def drain_for(service: VLLMService, pool: PoolRender) -> DrainPlan:
     )
 
 
-def plan_hash(service: VLLMService, pool: PoolRender) -> str:
-    """Hash of what decides the pods' behaviour; it changes exactly when pods must roll."""
-    drain = drain_for(service, pool)
+def plan_hash(service: VLLMService, pool: PoolRender, drain: DrainPlan | None = None) -> str:
+    """Hash of what decides the pods' behaviour; it changes exactly when pods must roll.
+    `drain`: the pool's `drain_for`, when the caller has it already (a render computes it once)."""
+    drain = drain if drain is not None else drain_for(service, pool)
     payload = {
         "image": pool.image,
         "command": pool.command,
@@ -318,8 +319,8 @@ def render_deployment(service: VLLMService, pool: PoolRender) -> Obj:
         **pool_selector_labels(service.name, pool.gpu_type),
         LABEL_SERVING: "true",
     }
-    hash_ = plan_hash(service, pool)
     drain = drain_for(service, pool)
+    hash_ = plan_hash(service, pool, drain)
     container: Obj = {
         **_container(service, pool, [], drain),
         **_probes(pool),
@@ -366,13 +367,13 @@ def render_leader_worker_set(service: VLLMService, pool: PoolRender) -> Obj:
     - A rolling update replaces whole groups (maxSurge/maxUnavailable count groups).
     """
     name = deployment_name(service.name, pool.gpu_type)
-    hash_ = plan_hash(service, pool)
+    drain = drain_for(service, pool)
+    hash_ = plan_hash(service, pool, drain)
     base_labels = {
         **common_labels(service.name),
         **pool_selector_labels(service.name, pool.gpu_type),
     }
     security = container_security_context(service.spec.security)
-    drain = drain_for(service, pool)
     leader = {
         **_container(service, pool, pool.leader_argv, drain),
         **_probes(pool),
