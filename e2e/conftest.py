@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from e2e import realvllm
+from e2e import operator_process, realvllm
 from e2e.kube import Kube, load_manifests
 from e2e.localcluster import (
     LocalCluster,
@@ -110,6 +110,8 @@ def pytest_runtest_makereport(
     report = yield
     if report.failed and _local is not None and E2E_DIR in Path(str(item.path)).parents:
         report.sections.append(("control-plane logs", _local.log_tails()))
+    if report.failed and operator_process.RUNNING and E2E_DIR in Path(str(item.path)).parents:
+        report.sections.append(("operator logs", operator_process.operator_log_tails()))
     if report.failed and realvllm.ENGINES and E2E_DIR in Path(str(item.path)).parents:
         report.sections.append(("vllm serve logs", realvllm.engine_log_tails()))
     return report

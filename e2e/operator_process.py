@@ -29,6 +29,15 @@ def _free_port() -> int:
         return port
 
 
+RUNNING: list[OperatorProcess] = []
+"""Operator processes running now, whose log tails conftest attaches to failing e2e reports (a
+failure that only says "timed out waiting for Ready" needs what the operator did meanwhile)."""
+
+
+def operator_log_tails(lines: int = 80) -> str:
+    return "\n\n".join(f"== {p.log_file}\n{p.log_tail(lines)}" for p in RUNNING)
+
+
 class OperatorProcess:
     """One operator process; use as a context manager or call start()/stop()."""
 
@@ -74,6 +83,7 @@ class OperatorProcess:
             args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
         )
         log.close()
+        RUNNING.append(self)
         wait_for(self._healthy, timeout=timeout, what="operator liveness endpoint")
         return self
 
@@ -90,6 +100,8 @@ class OperatorProcess:
             return False
 
     def stop(self) -> None:
+        if self in RUNNING:
+            RUNNING.remove(self)
         if self.proc is None or self.proc.poll() is not None:
             return
         os.killpg(self.proc.pid, signal.SIGTERM)

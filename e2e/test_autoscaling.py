@@ -79,6 +79,25 @@ def _pod_uids(kube: Kube, namespace: str, name: str) -> set[str]:
     return {p["metadata"]["uid"] for p in pods if not p["metadata"].get("deletionTimestamp")}
 
 
+def _pod_names(kube: Kube, namespace: str, name: str) -> set[str]:
+    pods = kube.list(
+        f"/api/v1/namespaces/{namespace}/pods", label_selector=f"app.kubernetes.io/instance={name}"
+    )
+    return {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
+
+
+def _pods_created_by_replica_sets(kube: Kube, namespace: str) -> set[str]:
+    """Every pod the ReplicaSet controller says it created in the namespace (its
+    SuccessfulCreate Events, "Created pod: NAME")."""
+    return {
+        e["message"].removeprefix("Created pod: ")
+        for e in kube.list(f"/api/v1/namespaces/{namespace}/events")
+        if e.get("reason") == "SuccessfulCreate"
+        and (e.get("involvedObject") or {}).get("kind") == "ReplicaSet"
+        and str(e.get("message", "")).startswith("Created pod: ")
+    }
+
+
 def test_external_scaling_keeps_what_the_autoscaler_writes(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
@@ -151,7 +170,7 @@ def test_operator_mode_restores_replicas_without_restarting_pods(
     kube.apply(obj)
     wait_condition(kube, namespace, name, "Ready", "True")
     wait_for(lambda: len(_pod_uids(kube, namespace, name)) == 2, timeout=60, what="2 pods")
-    pods = _pod_uids(kube, namespace, name)
+    pods = _pod_names(kube, namespace, name)
     replica_sets = _replica_sets(kube, namespace, name)
     template = kube.get(path)["spec"]["template"]
 
@@ -176,4 +195,10 @@ def test_operator_mode_restores_replicas_without_restarting_pods(
     dep = kube.get(path)
     assert dep["spec"]["template"] == template
     assert _replica_sets(kube, namespace, name) == replica_sets  # no new ReplicaSet
-    assert _pod_uids(kube, namespace, name) == pods  # the original pods kept running
+    # No pod was restarted: beside the originals, only the pod the scale to 3 added (if the
+    # ReplicaSet got to create it) was ever created, and what runs is from those. Which of the
+    # three the scale back down removes is the ReplicaSet's choice, not ours: pods seconds old
+    # share one LogarithmicScaleDown age bucket and a tie may remove an original (seen in a run).
+    added = _pods_created_by_replica_sets(kube, namespace) - pods
+    assert len(added) <= 1, added
+    assert _pod_names(kube, namespace, name) <= pods | added

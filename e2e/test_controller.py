@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from e2e.conftest import EXAMPLES, Cluster
-from e2e.kube import Kube, load_manifests, wait_for
+from e2e.kube import Kube, WaitTimeout, load_manifests, wait_for
 from e2e.operator_process import OperatorProcess
 
 GROUP_PATH = "/apis/serving.vllm-operator.dev/v1alpha1"
@@ -61,7 +61,16 @@ def wait_condition(
             return None
         return dict(obj)
 
-    return wait_for(check, timeout=TIMEOUT, what=f"{name} {type_}={status} {reason or ''}")
+    try:
+        return wait_for(check, timeout=TIMEOUT, what=f"{name} {type_}={status} {reason or ''}")
+    except WaitTimeout as err:
+        # Say what the service showed instead (a bare "last=None" told nothing in a CI failure).
+        status_now = kube.get(svc_path(namespace, name)).get("status") or {}
+        seen = [
+            (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+            for c in status_now.get("conditions") or []
+        ]
+        raise WaitTimeout(f"{err}; conditions now: {seen}") from err
 
 
 def deployments(kube: Kube, namespace: str) -> list[dict[str, Any]]:
