@@ -14,6 +14,7 @@ When a test fails, the tail of every component log is attached to its report.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 
 from e2e import operator_process, realvllm
-from e2e.kube import Kube, load_manifests
+from e2e.kube import Kube, WaitTimeout, load_manifests, wait_for
 from e2e.localcluster import (
     LocalCluster,
     ToolsUnavailable,
@@ -216,6 +217,27 @@ def crd(kube: Kube) -> dict[str, Any]:
     group, version = obj["spec"]["group"], obj["spec"]["versions"][0]["name"]
     kube.wait_served(f"{group}/{version}", obj["spec"]["names"]["kind"])
     return established
+
+
+@pytest.fixture
+def free_gpus(kube: Kube) -> None:
+    """The test starts with the simulated GPUs free: the pods of earlier tests' namespaces,
+    deleted without waiting, hold their GPUs until the namespace controller has removed them
+    (4 L4 GPUs in all: a module that scales a service to 3 of them can find them taken). Only
+    pods are waited for, not the namespaces; bounded, and a test that still finds the GPUs taken
+    fails with the conditions it saw. Opt-in (a wait of a second or two per test adds up)."""
+
+    def gone() -> bool:
+        terminating = [
+            ns["metadata"]["name"]
+            for ns in kube.list("/api/v1/namespaces")
+            if (ns.get("status") or {}).get("phase") == "Terminating"
+            and ns["metadata"]["name"].startswith("e2e-")
+        ]
+        return not any(kube.list(f"/api/v1/namespaces/{ns}/pods") for ns in terminating)
+
+    with contextlib.suppress(WaitTimeout):
+        wait_for(gone, timeout=60, interval=0.5, what="earlier tests' pods to go")
 
 
 @pytest.fixture

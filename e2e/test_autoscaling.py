@@ -18,7 +18,7 @@ from e2e.kube import Kube, wait_for
 from e2e.operator_process import OperatorProcess
 from e2e.test_controller import example, svc_path, wait_condition
 
-pytestmark = pytest.mark.usefixtures("crd", "gpu_nodes")
+pytestmark = pytest.mark.usefixtures("crd", "gpu_nodes", "free_gpus")
 
 APPLIES = 'vllm_operator_api_writes_total{kind="apply"}'
 HANDOVER_MANAGER = "vllm-operator-replicas-handover"
