@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import platform
 import re
@@ -30,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -92,14 +93,8 @@ class Sample:
         assert op.proc is not None
         metrics = op.metrics()
 
-        def by(prefix: str) -> dict[str, float]:
-            return {
-                re.sub(r'.*kind="([^"]*)".*', r"\1", k): v
-                for k, v in metrics.items()
-                if k.startswith(prefix)
-            }
-
-        writes, reads = by("vllm_operator_api_writes_total"), by("vllm_operator_api_reads_total")
+        writes = by_kind(metrics, "vllm_operator_api_writes_total")
+        reads = by_kind(metrics, "vllm_operator_api_reads_total")
         return Sample(
             at=time.monotonic(),
             cpu=cpu_seconds(op.proc.pid),
@@ -121,6 +116,15 @@ class Sample:
             reads_by_kind=diff(self.reads_by_kind, before.reads_by_kind),
             writes_by_kind=diff(self.writes_by_kind, before.writes_by_kind),
         )
+
+
+@dataclass
+class Mark:
+    """A phase boundary: the operator's counters, the API server's and the log's length."""
+
+    sample: Sample
+    server: Counter[str]
+    log_at: int
 
 
 def placement_deadline(kube: Any, objs: list[dict[str, Any]]) -> float:
@@ -149,12 +153,27 @@ _REQUEST = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$")
 _MUTATING = {"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
 
 
+def by_kind(metrics: dict[str, float], prefix: str) -> dict[str, float]:
+    """`name{kind="x"}` samples of one counter (OperatorProcess.metrics keys) by their kind."""
+    return {
+        re.sub(r'.*kind="([^"]*)".*', r"\1", k): v
+        for k, v in metrics.items()
+        if k.startswith(prefix + "{") or k == prefix
+    }
+
+
 def apiserver_writes(kube: Any) -> Counter[str]:
     """The API server's own count of mutating requests by verb and resource (every client: the
     bench's creates, the operator's applies, status patches and Events, Kopf's annotation
-    patches, the controllers' writes), from its /metrics."""
+    patches, the controllers' and kwok's writes, leader-election leases), from its /metrics."""
+    return parse_apiserver_writes(kube.read_text("/metrics"))
+
+
+def parse_apiserver_writes(text: str) -> Counter[str]:
+    """`apiserver_request_total` of a /metrics text, mutating verbs only (not dry runs), summed
+    over the other labels (code, scope, version, component) as `VERB resource[/subresource]`."""
     out: Counter[str] = Counter()
-    for line in kube.read_text("/metrics").splitlines():
+    for line in text.splitlines():
         match = _REQUEST.match(line)
         if not match:
             continue
@@ -170,6 +189,59 @@ def apiserver_writes(kube: Any) -> Counter[str]:
 
 def kinds(counts: dict[str, float]) -> str:
     return ", ".join(f"{k}: {v:.0f}" for k, v in sorted(counts.items())) or "none"
+
+
+@dataclass
+class Phase:
+    """The writes of one phase of the run, by kind, from both sides, and its slice of the
+    operator's log (kept in the run directory, so that a write can be read back: which object,
+    what changed; the operator logs each reconcile that wrote, #32)."""
+
+    name: str
+    seconds: float
+    operator: dict[str, float]
+    """The operator's `vllm_operator_api_writes_total` by kind (apply, status, event, ...)."""
+    apiserver: dict[str, int]
+    """The API server's mutating requests by `VERB resource[/subresource]`, every client."""
+    log: str
+
+    def row(self) -> str:
+        operator = sum(self.operator.values())
+        server = sum(self.apiserver.values())
+        return (
+            f"| {self.name} | {self.seconds:.1f} s | {operator:.0f} ({kinds(self.operator)}) "
+            f"| {server} ({kinds(dict(self.apiserver))}) | `{Path(self.log).name}` |"
+        )
+
+
+def counter_diff(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    """What each kind grew by (kinds that did not move left out; a counter that went down, i.e.
+    a restarted process, counts from 0)."""
+    out = {}
+    for k, v in after.items():
+        grew = v - before.get(k, 0.0) if v >= before.get(k, 0.0) else v
+        if grew:
+            out[k] = grew
+    return out
+
+
+def phase_lines(phases: list[Phase]) -> list[str]:
+    """The per-phase writes table of the markdown section."""
+    return [
+        "| phase | seconds | operator writes (vllm_operator_api_writes_total by kind) "
+        "| API server mutating requests, every client (apiserver_request_total) "
+        "| operator log |",
+        "|---|---|---|---|---|",
+        *(p.row() for p in phases),
+    ]
+
+
+def slice_log(source: Path, start: int, end: int | None, out: Path) -> str:
+    """Bytes [start, end) of the operator's log as its own file (one phase's lines); the path."""
+    with source.open("rb") as f:
+        f.seek(start)
+        out.write_bytes(f.read() if end is None else f.read(max(0, end - start)))
+    return str(out)
 
 
 def py_spy() -> str:
@@ -263,6 +335,14 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
     n = args.services
     load_before = os.getloadavg()
     state = Path(tempfile.mkdtemp(prefix="vllm-operator-bench-"))
+    run_dir = (
+        Path(args.run_dir)
+        if args.run_dir
+        else Path(tempfile.mkdtemp(prefix="vllm-operator-bench-run-"))
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    print(f"Run directory (operator logs by phase, results.json): {run_dir}", file=sys.stderr)
+    phases: list[Phase] = []
     cluster = LocalCluster(state, binaries=find_binaries(build=True))
     cluster.up()
     rows: list[tuple[str, str, str]] = []
@@ -279,7 +359,26 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             timeout=30,
         )
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        op = OperatorProcess(cluster.kubeconfig, state / "operator.log", [NAMESPACE])
+        op = OperatorProcess(cluster.kubeconfig, run_dir / "operator.log", [NAMESPACE])
+
+        def mark(proc: OperatorProcess) -> Mark:
+            return Mark(Sample.take(proc), apiserver_writes(kube), proc.log_file.stat().st_size)
+
+        def record(
+            name: str, a: Mark, b: Mark, *, server: Counter[str] | None = None, log_end: int | None
+        ) -> None:
+            """One phase from mark a to mark b (`server`: the API server's count at its end when
+            taken later than b, e.g. after the operator stopped)."""
+            phases.append(
+                Phase(
+                    name,
+                    b.sample.at - a.sample.at,
+                    counter_diff(b.sample.writes_by_kind, a.sample.writes_by_kind),
+                    dict((server if server is not None else b.server) - a.server),
+                    slice_log(op.log_file, a.log_at, log_end, run_dir / f"operator-{name}.log"),
+                )
+            )
+
         if args.workers:
             op.start_args = ["--workers", str(args.workers)]
         op.start()
@@ -289,8 +388,8 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             Profiler(pid, state / "profile.txt", gil=args.profile_gil) if args.profile else None
         )
         try:
-            base = Sample.take(op)
-            server_base = apiserver_writes(kube)
+            m0 = mark(op)
+            base, server_base = m0.sample, m0.server
             objs = services(n)
             # When each share of the services first had status (the shape of the converge).
             reached: dict[int, float] = {}
@@ -322,8 +421,10 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
 
             wait_for(converged, timeout=1200, interval=1.0, what="all services converged")
             seconds = time.monotonic() - start
-            at_converged = Sample.take(op).minus(base)
-            server_writes = apiserver_writes(kube) - server_base
+            m1 = mark(op)
+            at_converged = m1.sample.minus(base)
+            server_writes = m1.server - server_base
+            record("converge", m0, m1, log_end=m1.log_at)
             converge_reconciles = op.reconciles()
             final = op.metrics()
             reconcile_seconds = sum(
@@ -340,20 +441,26 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         if args.converge_only:
             op.stop()
             if args.keep_log:
-                shutil.copy(state / "operator.log", args.keep_log)
+                shutil.copy(op.log_file, args.keep_log)
             lags = sorted(lag.values())
-            return _converge_lines(
-                reached,
-                (lags[len(lags) // 2], lags[len(lags) * 9 // 10], reconcile_seconds),
-                n,
-                load_before,
-                created,
-                seconds,
-                at_converged,
-                converge_reconciles,
-                server_writes,
-                profile_lines,
-            ), True
+            return [
+                *_converge_lines(
+                    reached,
+                    (lags[len(lags) // 2], lags[len(lags) * 9 // 10], reconcile_seconds),
+                    n,
+                    load_before,
+                    created,
+                    seconds,
+                    at_converged,
+                    converge_reconciles,
+                    server_writes,
+                    profile_lines,
+                ),
+                *phase_lines(phases),
+                "",
+                f"Operator logs of each phase: `{run_dir}`",
+                "",
+            ], True
 
         def settled() -> bool:
             # The first remediation evaluation of each service records MetricsAvailable once (a
@@ -401,10 +508,14 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         # Steady state: nothing changes, so nothing should be written and (with the watch caches)
         # nothing read; CPU is the idle cost of N services (their remediation evaluations).
         steady_profiler = Profiler(pid, state / "steady.txt") if args.profile else None
-        before = Sample.take(op)
+        m2 = mark(op)
+        before = m2.sample
+        record("settle", m1, m2, log_end=m2.log_at)
         steady_reconciles = -op.reconciles()
         time.sleep(args.steady_seconds)
-        steady = Sample.take(op).minus(before)
+        m3 = mark(op)
+        steady = m3.sample.minus(before)
+        record("steady", m2, m3, log_end=m3.log_at)
         steady_reconciles += op.reconciles()
         if steady_profiler is not None:
             steady_profiler.stop()
@@ -428,13 +539,18 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             what="the edited service's Deployment",
         )
         edit_seconds = time.monotonic() - edit_start
+        m4 = mark(op)
 
         rss = rss_peak_mib(pid)
         reconciles = op.reconciles()
         op.stop()
+        # The edit phase runs to the operator's exit on the API server's side and in the log
+        # (the writes of its last reconciles land there, not in a counter read before the stop).
+        server_stopped = apiserver_writes(kube)
+        record("edit", m3, m4, server=server_stopped, log_end=None)
 
         # Restart: a new process resyncs every service (Kopf's resume handlers).
-        op2 = OperatorProcess(cluster.kubeconfig, state / "operator2.log", [NAMESPACE])
+        op2 = OperatorProcess(cluster.kubeconfig, run_dir / "operator-restart.log", [NAMESPACE])
         restart_start = time.monotonic()
         op2.start()
         assert op2.proc is not None
@@ -448,8 +564,18 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             if restart_profiler is not None:
                 restart_profiler.stop()
                 restart_profile_lines = profile_summary(restart_profiler.out)
-            time.sleep(2.0)  # let the last reconciles' writes (if any) land in the counters
+            # Every write of the resync counted: no key queued or running (not a sleep).
+            op2.settled_writes(timeout=120)
             restart = Sample.take(op2)
+            phases.append(
+                Phase(
+                    "restart",
+                    time.monotonic() - restart_start,
+                    restart.writes_by_kind,
+                    dict(apiserver_writes(kube) - server_stopped),
+                    str(op2.log_file),
+                )
+            )
             assert op2.proc is not None
             restart_rss = rss_peak_mib(op2.proc.pid)
         finally:
@@ -527,7 +653,8 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         ),
         (
             f"restart: resync of {n} services",
-            f"{restart_seconds:.1f} s, {restart.writes:.0f} writes, {restart.reads:.0f} reads "
+            f"{restart_seconds:.1f} s, {restart.writes:.0f} writes "
+            f"({kinds(restart.writes_by_kind)}), {restart.reads:.0f} reads "
             f"({kinds(restart.reads_by_kind)}), CPU {restart.cpu:.1f} s, RSS {restart_rss:.0f} MiB",
             "0 writes",
         ),
@@ -547,7 +674,27 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         "",
         f"Result: {'all targets met' if not missed else 'missed: ' + ', '.join(missed)}.",
         "",
+        "Writes by phase (settle: from converged to the steady window's start; edit: to the "
+        "operator's exit; restart: the new process until its queue is idle):",
+        "",
+        *phase_lines(phases),
+        "",
+        f"Operator logs of each phase and results.json: `{run_dir}`",
+        "",
     ]
+    results = {
+        "services": n,
+        "measured": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_before": list(load_before),
+        "load_after": list(load_after),
+        "rows": [{"measure": a, "result": b, "target": c} for a, b, c in rows],
+        "phases": [asdict(p) for p in phases],
+        "missed": missed,
+        "run_dir": str(run_dir),
+    }
+    (run_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     if args.profile:
         lines += [
             f"### Profile of the {n}-service run until converged (py-spy)",
@@ -685,6 +832,14 @@ def main() -> int:
         "--workers", type=int, default=0, help="the operator's --workers (0: its default)"
     )
     parser.add_argument("--keep-log", type=Path, default=None, help="copy the operator's log")
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="where the operator's log of each phase and results.json are kept (default: a new "
+        "temporary directory, printed)",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write results.json here")
     parser.add_argument(
         "--converge-only",
         action="store_true",
