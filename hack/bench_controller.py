@@ -544,6 +544,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         rss = rss_peak_mib(pid)
         reconciles = op.reconciles()
         op.stop()
+        edit_state = {"at the stop": _edit_state(kube, edited, dep_path)}
         # The edit phase runs to the operator's exit on the API server's side and in the log
         # (the writes of its last reconciles land there, not in a counter read before the stop).
         server_stopped = apiserver_writes(kube)
@@ -578,6 +579,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             )
             assert op2.proc is not None
             restart_rss = rss_peak_mib(op2.proc.pid)
+            edit_state["after the restart"] = _edit_state(kube, edited, dep_path)
         finally:
             op2.stop()
     finally:
@@ -652,6 +654,11 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             f"< {TARGET_EDIT_S:.0f} s",
         ),
         (
+            f"the edited service ({edited}) at the operator's stop; after the restart",
+            "; ".join(f"{k}: {v}" for k, v in edit_state.items()),
+            "",
+        ),
+        (
             f"restart: resync of {n} services",
             f"{restart_seconds:.1f} s, {restart.writes:.0f} writes "
             f"({kinds(restart.writes_by_kind)}), {restart.reads:.0f} reads "
@@ -690,6 +697,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         "rows": [{"measure": a, "result": b, "target": c} for a, b, c in rows],
         "phases": [asdict(p) for p in phases],
         "missed": missed,
+        "edited": {"service": edited, **edit_state},
         "run_dir": str(run_dir),
     }
     (run_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -770,6 +778,20 @@ def _editable(kube: Any) -> tuple[str, dict[str, Any]]:
         if (svc["spec"].get("scaling") or {}).get("mode", "Operator") != "External":
             return owner, dep
     raise AssertionError("no service with an operator-scaled Deployment")
+
+
+def _edit_state(kube: Any, name: str, dep_path: str) -> str:
+    """The edited service's status (ready, Progressing) and its Deployment's: a rollout still
+    running when the operator stops is a real change for the restarted one to write."""
+    status = kube.get(f"{GROUP}/namespaces/{NAMESPACE}/vllmservices/{name}").get("status") or {}
+    progressing = next(
+        (c["reason"] for c in status.get("conditions", []) if c["type"] == "Progressing"), "?"
+    )
+    dep = kube.get(dep_path).get("status") or {}
+    return (
+        f"status ready {status.get('ready')} ({progressing}), Deployment ready "
+        f"{dep.get('readyReplicas', 0)}/{dep.get('replicas', 0)}"
+    )
 
 
 def _load(values: tuple[float, float, float]) -> str:

@@ -40,9 +40,7 @@ def test_apiserver_writes_are_mutating_requests_by_verb_and_resource() -> None:
     writes = bench.parse_apiserver_writes(APISERVER_METRICS)
     # Reads and watches left out, dry runs left out (the webhook bench's admissions), the codes
     # and groups summed, the subresource kept apart from its resource.
-    assert writes == Counter(
-        {"POST events": 15, "APPLY vllmservices/status": 8, "PUT leases": 25}
-    )
+    assert writes == Counter({"POST events": 15, "APPLY vllmservices/status": 8, "PUT leases": 25})
 
 
 def test_operator_writes_by_kind_come_from_its_own_counter_only() -> None:
