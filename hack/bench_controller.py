@@ -362,7 +362,11 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         op = OperatorProcess(cluster.kubeconfig, run_dir / "operator.log", [NAMESPACE])
 
         def mark(proc: OperatorProcess) -> Mark:
-            return Mark(Sample.take(proc), apiserver_writes(kube), proc.log_file.stat().st_size)
+            # The operator's counters and its log's length together (a phase's log holds the
+            # lines of the writes it counts); the API server's /metrics after them, slower to
+            # read, so a few of a busy operator's writes fall into the neighbouring phase there.
+            sample, log_at = Sample.take(proc), proc.log_file.stat().st_size
+            return Mark(sample, apiserver_writes(kube), log_at)
 
         def record(
             name: str, a: Mark, b: Mark, *, server: Counter[str] | None = None, log_end: int | None
@@ -854,8 +858,9 @@ API server's `apiserver_request_total` by verb and resource (every client: the c
 kwok, the bench's own creates and edit), each phase's slice of the operator's log kept in the
 run directory (`--run-dir`, printed; with `results.json`). A reconcile that wrote logs
 `Reconciled with writes service=NS/NAME applied=... status=<changed fields> events=...`, so a
-write where none was expected can be read back. The two counters are read one after the other
-at each boundary, so while the operator is busy a few writes fall into neighbouring phases.
+write where none was expected can be read back. At each boundary the API server's /metrics is
+read after the operator's counter and log (seconds later under load), so while the operator is
+busy some of its writes fall into the neighbouring phase of the API server's count.
 
 The steady window starts once every first evaluation is recorded, no pod, Deployment or
 VLLMService changed for 5 s, and the placement deadline of the Preferred template passed (the
