@@ -543,6 +543,13 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             what="the edited service's Deployment",
         )
         edit_seconds = time.monotonic() - edit_start
+        # The restart is over unchanged services: the edit's status and Events written, its
+        # rollout as far as it gets (the new pod may stay Unschedulable) before the stop (#32: a
+        # rollout finishing between the stop and the resync is a real change for the new process).
+        op.settled_writes(timeout=120)
+        last.update(rv=-1, since=time.monotonic())
+        wait_for(quiescent, timeout=600, interval=1.0, what="the edit to settle")
+        op.settled_writes(timeout=120)
         m4 = mark(op)
 
         rss = rss_peak_mib(pid)
@@ -723,8 +730,9 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         "",
         f"Result: {'all targets met' if not missed else 'missed: ' + ', '.join(missed)}.",
         "",
-        "Writes by phase (settle: from converged to the steady window's start; edit: to the "
-        "operator's exit; restart: the new process until its queue is idle):",
+        "Writes by phase (settle: from converged to the steady window's start; edit: until the "
+        "operator's queue is idle and the cluster still for 5 s, to the operator's exit on the "
+        "API server's side; restart: the new process until its queue is idle):",
         "",
         *phase_lines(phases),
         "",
