@@ -150,5 +150,5 @@ bench-crd: $(STAMP) ## Benchmark CR creation: N (1000) VLLMServices created with
 	$(PY) hack/bench_crd.py --services $${N:-1000}
 
 .PHONY: bench-controller
-bench-controller: $(STAMP) ## Benchmark the controller: N (200) VLLMServices on the local control plane (convergence, STEADY=120 s steady window, an edit, a restart; PROFILE=1: py-spy); writes its section of docs/controller-benchmark.md
-	$(PY) hack/bench_controller.py --services $${N:-200} --steady-seconds $${STEADY:-120} $${PROFILE:+--profile}
+bench-controller: $(STAMP) ## Benchmark the controller: N (200) VLLMServices on the local control plane (convergence, STEADY=120 s steady window, an edit, RESTARTS=1 restarts; PROFILE=1: py-spy; writes by kind per phase, the operator's log of each phase kept in the printed run directory); writes its section of docs/controller-benchmark.md
+	$(PY) hack/bench_controller.py --services $${N:-200} --steady-seconds $${STEADY:-120} --restarts $${RESTARTS:-1} $${PROFILE:+--profile}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import platform
 import re
@@ -30,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -92,14 +93,8 @@ class Sample:
         assert op.proc is not None
         metrics = op.metrics()
 
-        def by(prefix: str) -> dict[str, float]:
-            return {
-                re.sub(r'.*kind="([^"]*)".*', r"\1", k): v
-                for k, v in metrics.items()
-                if k.startswith(prefix)
-            }
-
-        writes, reads = by("vllm_operator_api_writes_total"), by("vllm_operator_api_reads_total")
+        writes = by_kind(metrics, "vllm_operator_api_writes_total")
+        reads = by_kind(metrics, "vllm_operator_api_reads_total")
         return Sample(
             at=time.monotonic(),
             cpu=cpu_seconds(op.proc.pid),
@@ -121,6 +116,15 @@ class Sample:
             reads_by_kind=diff(self.reads_by_kind, before.reads_by_kind),
             writes_by_kind=diff(self.writes_by_kind, before.writes_by_kind),
         )
+
+
+@dataclass
+class Mark:
+    """A phase boundary: the operator's counters, the API server's and the log's length."""
+
+    sample: Sample
+    server: Counter[str]
+    log_at: int
 
 
 def placement_deadline(kube: Any, objs: list[dict[str, Any]]) -> float:
@@ -149,12 +153,27 @@ _REQUEST = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$")
 _MUTATING = {"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
 
 
+def by_kind(metrics: dict[str, float], prefix: str) -> dict[str, float]:
+    """`name{kind="x"}` samples of one counter (OperatorProcess.metrics keys) by their kind."""
+    return {
+        re.sub(r'.*kind="([^"]*)".*', r"\1", k): v
+        for k, v in metrics.items()
+        if k.startswith(prefix + "{") or k == prefix
+    }
+
+
 def apiserver_writes(kube: Any) -> Counter[str]:
     """The API server's own count of mutating requests by verb and resource (every client: the
     bench's creates, the operator's applies, status patches and Events, Kopf's annotation
-    patches, the controllers' writes), from its /metrics."""
+    patches, the controllers' and kwok's writes, leader-election leases), from its /metrics."""
+    return parse_apiserver_writes(kube.read_text("/metrics"))
+
+
+def parse_apiserver_writes(text: str) -> Counter[str]:
+    """`apiserver_request_total` of a /metrics text, mutating verbs only (not dry runs), summed
+    over the other labels (code, scope, version, component) as `VERB resource[/subresource]`."""
     out: Counter[str] = Counter()
-    for line in kube.read_text("/metrics").splitlines():
+    for line in text.splitlines():
         match = _REQUEST.match(line)
         if not match:
             continue
@@ -170,6 +189,59 @@ def apiserver_writes(kube: Any) -> Counter[str]:
 
 def kinds(counts: dict[str, float]) -> str:
     return ", ".join(f"{k}: {v:.0f}" for k, v in sorted(counts.items())) or "none"
+
+
+@dataclass
+class Phase:
+    """The writes of one phase of the run, by kind, from both sides, and its slice of the
+    operator's log (kept in the run directory, so that a write can be read back: which object,
+    what changed; the operator logs each reconcile that wrote, #32)."""
+
+    name: str
+    seconds: float
+    operator: dict[str, float]
+    """The operator's `vllm_operator_api_writes_total` by kind (apply, status, event, ...)."""
+    apiserver: dict[str, int]
+    """The API server's mutating requests by `VERB resource[/subresource]`, every client."""
+    log: str
+
+    def row(self) -> str:
+        operator = sum(self.operator.values())
+        server = sum(self.apiserver.values())
+        return (
+            f"| {self.name} | {self.seconds:.1f} s | {operator:.0f} ({kinds(self.operator)}) "
+            f"| {server} ({kinds(dict(self.apiserver))}) | `{Path(self.log).name}` |"
+        )
+
+
+def counter_diff(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    """What each kind grew by (kinds that did not move left out; a counter that went down, i.e.
+    a restarted process, counts from 0)."""
+    out = {}
+    for k, v in after.items():
+        grew = v - before.get(k, 0.0) if v >= before.get(k, 0.0) else v
+        if grew:
+            out[k] = grew
+    return out
+
+
+def phase_lines(phases: list[Phase]) -> list[str]:
+    """The per-phase writes table of the markdown section."""
+    return [
+        "| phase | seconds | operator writes (vllm_operator_api_writes_total by kind) "
+        "| API server mutating requests, every client (apiserver_request_total) "
+        "| operator log |",
+        "|---|---|---|---|---|",
+        *(p.row() for p in phases),
+    ]
+
+
+def slice_log(source: Path, start: int, end: int | None, out: Path) -> str:
+    """Bytes [start, end) of the operator's log as its own file (one phase's lines); the path."""
+    with source.open("rb") as f:
+        f.seek(start)
+        out.write_bytes(f.read() if end is None else f.read(max(0, end - start)))
+    return str(out)
 
 
 def py_spy() -> str:
@@ -263,6 +335,14 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
     n = args.services
     load_before = os.getloadavg()
     state = Path(tempfile.mkdtemp(prefix="vllm-operator-bench-"))
+    run_dir = (
+        Path(args.run_dir)
+        if args.run_dir
+        else Path(tempfile.mkdtemp(prefix="vllm-operator-bench-run-"))
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    print(f"Run directory (operator logs by phase, results.json): {run_dir}", file=sys.stderr)
+    phases: list[Phase] = []
     cluster = LocalCluster(state, binaries=find_binaries(build=True))
     cluster.up()
     rows: list[tuple[str, str, str]] = []
@@ -279,7 +359,30 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             timeout=30,
         )
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        op = OperatorProcess(cluster.kubeconfig, state / "operator.log", [NAMESPACE])
+        op = OperatorProcess(cluster.kubeconfig, run_dir / "operator.log", [NAMESPACE])
+
+        def mark(proc: OperatorProcess) -> Mark:
+            # The operator's counters and its log's length together (a phase's log holds the
+            # lines of the writes it counts); the API server's /metrics after them, slower to
+            # read, so a few of a busy operator's writes fall into the neighbouring phase there.
+            sample, log_at = Sample.take(proc), proc.log_file.stat().st_size
+            return Mark(sample, apiserver_writes(kube), log_at)
+
+        def record(
+            name: str, a: Mark, b: Mark, *, server: Counter[str] | None = None, log_end: int | None
+        ) -> None:
+            """One phase from mark a to mark b (`server`: the API server's count at its end when
+            taken later than b, e.g. after the operator stopped)."""
+            phases.append(
+                Phase(
+                    name,
+                    b.sample.at - a.sample.at,
+                    counter_diff(b.sample.writes_by_kind, a.sample.writes_by_kind),
+                    dict((server if server is not None else b.server) - a.server),
+                    slice_log(op.log_file, a.log_at, log_end, run_dir / f"operator-{name}.log"),
+                )
+            )
+
         if args.workers:
             op.start_args = ["--workers", str(args.workers)]
         op.start()
@@ -289,8 +392,8 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             Profiler(pid, state / "profile.txt", gil=args.profile_gil) if args.profile else None
         )
         try:
-            base = Sample.take(op)
-            server_base = apiserver_writes(kube)
+            m0 = mark(op)
+            base, server_base = m0.sample, m0.server
             objs = services(n)
             # When each share of the services first had status (the shape of the converge).
             reached: dict[int, float] = {}
@@ -322,8 +425,10 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
 
             wait_for(converged, timeout=1200, interval=1.0, what="all services converged")
             seconds = time.monotonic() - start
-            at_converged = Sample.take(op).minus(base)
-            server_writes = apiserver_writes(kube) - server_base
+            m1 = mark(op)
+            at_converged = m1.sample.minus(base)
+            server_writes = m1.server - server_base
+            record("converge", m0, m1, log_end=m1.log_at)
             converge_reconciles = op.reconciles()
             final = op.metrics()
             reconcile_seconds = sum(
@@ -340,20 +445,26 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         if args.converge_only:
             op.stop()
             if args.keep_log:
-                shutil.copy(state / "operator.log", args.keep_log)
+                shutil.copy(op.log_file, args.keep_log)
             lags = sorted(lag.values())
-            return _converge_lines(
-                reached,
-                (lags[len(lags) // 2], lags[len(lags) * 9 // 10], reconcile_seconds),
-                n,
-                load_before,
-                created,
-                seconds,
-                at_converged,
-                converge_reconciles,
-                server_writes,
-                profile_lines,
-            ), True
+            return [
+                *_converge_lines(
+                    reached,
+                    (lags[len(lags) // 2], lags[len(lags) * 9 // 10], reconcile_seconds),
+                    n,
+                    load_before,
+                    created,
+                    seconds,
+                    at_converged,
+                    converge_reconciles,
+                    server_writes,
+                    profile_lines,
+                ),
+                *phase_lines(phases),
+                "",
+                f"Operator logs of each phase: `{run_dir}`",
+                "",
+            ], True
 
         def settled() -> bool:
             # The first remediation evaluation of each service records MetricsAvailable once (a
@@ -401,10 +512,14 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         # Steady state: nothing changes, so nothing should be written and (with the watch caches)
         # nothing read; CPU is the idle cost of N services (their remediation evaluations).
         steady_profiler = Profiler(pid, state / "steady.txt") if args.profile else None
-        before = Sample.take(op)
+        m2 = mark(op)
+        before = m2.sample
+        record("settle", m1, m2, log_end=m2.log_at)
         steady_reconciles = -op.reconciles()
         time.sleep(args.steady_seconds)
-        steady = Sample.take(op).minus(before)
+        m3 = mark(op)
+        steady = m3.sample.minus(before)
+        record("steady", m2, m3, log_end=m3.log_at)
         steady_reconciles += op.reconciles()
         if steady_profiler is not None:
             steady_profiler.stop()
@@ -428,13 +543,26 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             what="the edited service's Deployment",
         )
         edit_seconds = time.monotonic() - edit_start
+        # The restart is over unchanged services: the edit's status and Events written, its
+        # rollout as far as it gets (the new pod may stay Unschedulable) before the stop (#32: a
+        # rollout finishing between the stop and the resync is a real change for the new process).
+        op.settled_writes(timeout=120)
+        last.update(rv=-1, since=time.monotonic())
+        wait_for(quiescent, timeout=600, interval=1.0, what="the edit to settle")
+        op.settled_writes(timeout=120)
+        m4 = mark(op)
 
         rss = rss_peak_mib(pid)
         reconciles = op.reconciles()
         op.stop()
+        edit_state = {"at the stop": _edit_state(kube, edited, dep_path)}
+        # The edit phase runs to the operator's exit on the API server's side and in the log
+        # (the writes of its last reconciles land there, not in a counter read before the stop).
+        server_stopped = apiserver_writes(kube)
+        record("edit", m3, m4, server=server_stopped, log_end=None)
 
         # Restart: a new process resyncs every service (Kopf's resume handlers).
-        op2 = OperatorProcess(cluster.kubeconfig, state / "operator2.log", [NAMESPACE])
+        op2 = OperatorProcess(cluster.kubeconfig, run_dir / "operator-restart.log", [NAMESPACE])
         restart_start = time.monotonic()
         op2.start()
         assert op2.proc is not None
@@ -448,12 +576,53 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             if restart_profiler is not None:
                 restart_profiler.stop()
                 restart_profile_lines = profile_summary(restart_profiler.out)
-            time.sleep(2.0)  # let the last reconciles' writes (if any) land in the counters
+            # Every write of the resync counted: no key queued or running (not a sleep).
+            op2.settled_writes(timeout=120)
             restart = Sample.take(op2)
+            phases.append(
+                Phase(
+                    "restart",
+                    time.monotonic() - restart_start,
+                    restart.writes_by_kind,
+                    dict(apiserver_writes(kube) - server_stopped),
+                    str(op2.log_file),
+                )
+            )
             assert op2.proc is not None
             restart_rss = rss_peak_mib(op2.proc.pid)
+            edit_state["after the restart"] = _edit_state(kube, edited, dep_path)
         finally:
             op2.stop()
+        # Further restarts (`--restarts`): more samples of the resync over unchanged services,
+        # each its own phase and log (a write there is a race of the restart, not of the edit).
+        restart_writes = [restart.writes]
+        for k in range(2, args.restarts + 1):
+            server_before = apiserver_writes(kube)
+            again = OperatorProcess(
+                cluster.kubeconfig, run_dir / f"operator-restart-{k}.log", [NAMESPACE]
+            )
+            started = time.monotonic()
+            again.start()
+            try:
+
+                def resynced(proc: OperatorProcess = again) -> bool:
+                    return bool(proc.reconciles() >= n)
+
+                wait_for(resynced, timeout=600, interval=0.5, what=f"restart {k} resync")
+                again.settled_writes(timeout=120)
+                sample = Sample.take(again)
+                phases.append(
+                    Phase(
+                        f"restart-{k}",
+                        time.monotonic() - started,
+                        sample.writes_by_kind,
+                        dict(apiserver_writes(kube) - server_before),
+                        str(again.log_file),
+                    )
+                )
+                restart_writes.append(sample.writes)
+            finally:
+                again.stop()
     finally:
         cluster.down()
         shutil.rmtree(state, ignore_errors=True)
@@ -469,7 +638,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         "steady reads": steady.reads < n,
         "steady cpu": steady_share <= TARGET_STEADY_CPU_SHARE,
         "edit": edit_seconds <= TARGET_EDIT_S,
-        "restart writes": restart.writes == 0,
+        "restart writes": not any(restart_writes),
     }
     rows += [
         ("services", f"{n}", ""),
@@ -526,12 +695,26 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             f"< {TARGET_EDIT_S:.0f} s",
         ),
         (
+            f"the edited service ({edited}) at the operator's stop; after the restart",
+            "; ".join(f"{k}: {v}" for k, v in edit_state.items()),
+            "",
+        ),
+        (
             f"restart: resync of {n} services",
-            f"{restart_seconds:.1f} s, {restart.writes:.0f} writes, {restart.reads:.0f} reads "
+            f"{restart_seconds:.1f} s, {restart.writes:.0f} writes "
+            f"({kinds(restart.writes_by_kind)}), {restart.reads:.0f} reads "
             f"({kinds(restart.reads_by_kind)}), CPU {restart.cpu:.1f} s, RSS {restart_rss:.0f} MiB",
             "0 writes",
         ),
     ]
+    if len(restart_writes) > 1:
+        rows.append(
+            (
+                f"restarts 2-{len(restart_writes)}: writes of each",
+                ", ".join(f"{w:.0f}" for w in restart_writes[1:]),
+                "0 writes",
+            )
+        )
     missed = [k for k, ok in checks.items() if not ok]
     lines = [
         f"## {n} services",
@@ -547,7 +730,29 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         "",
         f"Result: {'all targets met' if not missed else 'missed: ' + ', '.join(missed)}.",
         "",
+        "Writes by phase (settle: from converged to the steady window's start; edit: until the "
+        "operator's queue is idle and the cluster still for 5 s, to the operator's exit on the "
+        "API server's side; restart: the new process until its queue is idle):",
+        "",
+        *phase_lines(phases),
+        "",
+        f"Operator logs of each phase and results.json: `{run_dir}`",
+        "",
     ]
+    results = {
+        "services": n,
+        "measured": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_before": list(load_before),
+        "load_after": list(load_after),
+        "rows": [{"measure": a, "result": b, "target": c} for a, b, c in rows],
+        "phases": [asdict(p) for p in phases],
+        "missed": missed,
+        "edited": {"service": edited, **edit_state},
+        "run_dir": str(run_dir),
+    }
+    (run_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     if args.profile:
         lines += [
             f"### Profile of the {n}-service run until converged (py-spy)",
@@ -625,6 +830,20 @@ def _editable(kube: Any) -> tuple[str, dict[str, Any]]:
     raise AssertionError("no service with an operator-scaled Deployment")
 
 
+def _edit_state(kube: Any, name: str, dep_path: str) -> str:
+    """The edited service's status (ready, Progressing) and its Deployment's: a rollout still
+    running when the operator stops is a real change for the restarted one to write."""
+    status = kube.get(f"{GROUP}/namespaces/{NAMESPACE}/vllmservices/{name}").get("status") or {}
+    progressing = next(
+        (c["reason"] for c in status.get("conditions", []) if c["type"] == "Progressing"), "?"
+    )
+    dep = kube.get(dep_path).get("status") or {}
+    return (
+        f"status ready {status.get('ready')} ({progressing}), Deployment ready "
+        f"{dep.get('readyReplicas', 0)}/{dep.get('replicas', 0)}"
+    )
+
+
 def _load(values: tuple[float, float, float]) -> str:
     return " / ".join(f"{v:.2f}" for v in values)
 
@@ -641,6 +860,15 @@ Reads and writes are the operator's own counters (`vllm_operator_api_reads_total
 reached the API server; Kopf's own list/watch streams (and the operator's watch of the GPU pods
 outside its namespaces, kube/inventory.py) and its annotation patches are not in them.
 CPU is user + system time of the operator process (/proc/PID/stat, all threads).
+
+Writes by phase (converge, settle, steady, edit, restart): the operator's counter by kind and the
+API server's `apiserver_request_total` by verb and resource (every client: the controllers,
+kwok, the bench's own creates and edit), each phase's slice of the operator's log kept in the
+run directory (`--run-dir`, printed; with `results.json`). A reconcile that wrote logs
+`Reconciled with writes service=NS/NAME applied=... status=<changed fields> events=...`, so a
+write where none was expected can be read back. At each boundary the API server's /metrics is
+read after the operator's counter and log (seconds later under load), so while the operator is
+busy some of its writes fall into the neighbouring phase of the API server's count.
 
 The steady window starts once every first evaluation is recorded, no pod, Deployment or
 VLLMService changed for 5 s, and the placement deadline of the Preferred template passed (the
@@ -685,6 +913,20 @@ def main() -> int:
         "--workers", type=int, default=0, help="the operator's --workers (0: its default)"
     )
     parser.add_argument("--keep-log", type=Path, default=None, help="copy the operator's log")
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="where the operator's log of each phase and results.json are kept (default: a new "
+        "temporary directory, printed)",
+    )
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=1,
+        help="restart the operator this many times over the unchanged services (each a phase)",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write results.json here")
     parser.add_argument(
         "--converge-only",
         action="store_true",

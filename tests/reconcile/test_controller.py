@@ -317,3 +317,23 @@ def test_every_example_plans_feasibly(example_file: str) -> None:
     assert condition(status, "Feasible")["status"] == "True", condition(status, "Feasible")
     for pool in status["pools"]:
         assert pool["plan"]["memory"]["concurrencyAtP99"] >= svc["spec"]["workload"]["concurrency"]
+
+
+def test_a_reconcile_that_writes_logs_which_object_and_what_changed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """#32: a write over unchanged services (a restart resync) is read back from the log."""
+    gw = cluster()
+    gw.add(example("llama-3.1-8b-l4.yaml"))
+    ctl = controller(gw)
+    ctl.reconcile("default", "llama-8b-chat")
+    make_ready(gw, "default", "llama-8b-chat-l4")
+    caplog.set_level("INFO", logger="vllm_operator")
+    assert ctl.reconcile("default", "llama-8b-chat").status_written
+    (line,) = [r.getMessage() for r in caplog.records if "with writes" in r.getMessage()]
+    assert line.startswith("Reconciled with writes service=default/llama-8b-chat ")
+    assert "status=" in line and "conditions[Ready]" in line and "ready" in line
+    assert "applied=" not in line
+    caplog.clear()
+    ctl.reconcile("default", "llama-8b-chat")  # nothing to change: no line
+    assert not [r for r in caplog.records if "with writes" in r.getMessage()]

@@ -247,6 +247,8 @@ class Controller:
             self._schedule(key)
             raise
         outcome.requeue_after = self._schedule(key)
+        if outcome.wrote():
+            log.info("Reconciled with writes service=%s/%s %s", namespace, name, outcome.summary())
         return outcome
 
     def _reconcile_key(self, namespace: str, name: str) -> Outcome:
@@ -298,6 +300,13 @@ class Controller:
             body = self.gw.get(Kind.VLLM_SERVICE, namespace, name) if changed else None
             outcome = self.reconcile_body(body) if body is not None else Outcome()
             self.failures.recovered((*key, "evaluate"))
+            if outcome.wrote():
+                log.info(
+                    "Reconciled after evaluation with writes service=%s/%s %s",
+                    namespace,
+                    name,
+                    outcome.summary(),
+                )
             return outcome
         except RetryableError as exc:
             delay = exc.delay

@@ -33,6 +33,7 @@ from vllm_operator.reconcile.observed import (
     plan_deviation,
     record_observation,
 )
+from vllm_operator.reconcile.reporting import status_changes
 from vllm_operator.reconcile.writes import CountingGateway, service_event
 from vllm_operator.remediation import (
     Observations,
@@ -336,6 +337,12 @@ class Evaluator:
         )
         if new_status != status:
             self.gw.apply_status(service.namespace, service.name, new_status.to_wire())
+            log.info(
+                "Wrote evaluation status service=%s/%s status=%s",
+                service.namespace,
+                service.name,
+                ",".join(status_changes(status, new_status)),
+            )
         for event in decision.events:
             self.gw.emit_event(service_event(service, event.type, event.reason, event.message))
         if deviated is not None:

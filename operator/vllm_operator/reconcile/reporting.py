@@ -60,8 +60,30 @@ def write_status(
     meta = body["metadata"]
     gw.apply_status(meta.get("namespace", "default"), meta["name"], new.to_wire())
     outcome.status_written = True
+    outcome.status_changes = status_changes(old, new)
     for type_, reason, message in transition_events(old, new):
         emit(gw, service or body, type_, reason, message, outcome)
+
+
+def status_changes(old: VLLMServiceStatus, new: VLLMServiceStatus) -> list[str]:
+    """The status fields that differ (wire names), each changed condition as `conditions[Type]`:
+    what the log line of a status write names (Outcome.summary)."""
+    changed: list[str] = []
+    for name, info in type(new).model_fields.items():
+        before, after = getattr(old, name), getattr(new, name)
+        if before == after:
+            continue
+        if name == "conditions":
+            olds = {c.type: c for c in before}
+            news = {c.type: c for c in after}
+            changed += [
+                f"conditions[{t}]"
+                for t in sorted(olds.keys() | news.keys())
+                if olds.get(t) != news.get(t)
+            ]
+        else:
+            changed.append(info.alias or name)
+    return changed
 
 
 class ConflictWarnings:
@@ -95,4 +117,11 @@ class ConflictWarnings:
         self._warned.pop(key, None)
 
 
-__all__ = ["ConflictWarnings", "emit", "emit_on_node", "plans_applied", "write_status"]
+__all__ = [
+    "ConflictWarnings",
+    "emit",
+    "emit_on_node",
+    "plans_applied",
+    "status_changes",
+    "write_status",
+]
