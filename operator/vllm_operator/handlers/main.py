@@ -11,7 +11,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from vllm_operator.api.spec import GpuAllocation
-from vllm_operator.handlers import kopf_gate, registrations
+from vllm_operator.handlers import kopf_gate, kopf_json, registrations
 from vllm_operator.hub.resolver import HubArchitectureResolver, NoTokenSecrets, SecretReader
 from vllm_operator.kube.cache import CachedGateway, WatchCache
 from vllm_operator.kube.client import ApiGateway, connection_info, in_cluster, load_config
@@ -150,6 +150,7 @@ def run_operator(
     if tune_malloc():
         log.info("Tuned malloc arenas=%d mmap_threshold=%d", MALLOC_ARENAS, MALLOC_MMAP_THRESHOLD)
     kopf_gate.install()  # one waiter on Kopf's start gate, not one per listed object (#32)
+    kopf_json.install()  # Kopf's watch streams decoded with orjson (#32)
     api_client = load_config(kubeconfig)
     api = ApiGateway(api_client)
     secrets: SecretReader = api if read_token_secrets else NoTokenSecrets()

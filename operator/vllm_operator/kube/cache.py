@@ -59,13 +59,13 @@ Rules that keep the memory view correct:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from vllm_operator.kube import jsontext
 from vllm_operator.kube.gateway import (
     APPLIED_KINDS,
     ConflictError,
@@ -185,10 +185,10 @@ class _Entry:
         self.rv = _rv(obj)
         labels = (obj.get("metadata") or {}).get("labels") or {}
         self.labels: dict[str, str] = dict(labels) if isinstance(labels, dict) else {}
-        self.text = json.dumps(_slim(kind, obj), separators=(",", ":"))
+        self.text = jsontext.dumps(_slim(kind, obj))
 
     def decode(self) -> Obj:
-        obj: Obj = json.loads(self.text)
+        obj: Obj = jsontext.loads(self.text)
         return obj
 
 
@@ -850,7 +850,7 @@ class CachedGateway:
         `fleet_of`: only the services whose text names this model and holds a non-empty
         status.observations list are decoded (a superset of what `fleet_members` keeps; the
         entries are compact JSON, `_Entry`)."""
-        having = (_OBSERVATIONS_TEXT, json.dumps(fleet_of)) if fleet_of is not None else ()
+        having = (_OBSERVATIONS_TEXT, jsontext.dumps(fleet_of)) if fleet_of is not None else ()
         services = self.cache.all_of(Kind.VLLM_SERVICE, having)
         if services is not None:
             return [

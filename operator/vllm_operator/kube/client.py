@@ -19,6 +19,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from vllm_operator.api.service import FIELD_MANAGER, GROUP, PLURAL, VERSION
+from vllm_operator.kube import jsontext
 from vllm_operator.kube.gateway import (
     API_VERSIONS,
     APPLIED_KINDS,
@@ -204,7 +205,7 @@ class ApiGateway:
         Building the client's model objects and serialising them back costs milliseconds per
         object; the reconcile loop only needs the wire dicts.
         """
-        data: Obj = json.loads(response.data)
+        data: Obj = jsontext.loads(response.data)
         return data
 
     def list_nodes(self) -> list[Obj]:
