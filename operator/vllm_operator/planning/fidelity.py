@@ -42,9 +42,9 @@ MIN_CELL_ROWS = 5
 # dense model on Hopper at 0.20+ is not measured by them, so it keeps the widest margin).
 MIN_CELL_MODELS = 2
 # The margin of a cell the bench cannot vouch for: the widest any era or calibrated cell needs
-# (the same rule over all of an era's rows; 0.20+ era: p90 7.6 %, worst over-prediction +6.7 %
-# (row 116, a GB10's unified-memory non-torch), with Model Runner V2's profile of 0.22-0.28
-# modelled for quantised checkpoints, issue #28; today
+# (the same rule over all of an era's rows; 0.20+ era: p90 7.6 %, worst over-prediction +4.7 %
+# (row 106; +6.7 % at row 116, a GB10, before memory.py's unified-memory non-torch term), with
+# Model Runner V2's profile of 0.22-0.28 modelled for quantised checkpoints, issue #28; today
 # the 0.20+ x Ampere x bf16 cell, p90 10.2 %; it was 12 % while the 0.20+ x Ada x AWQ cell
 # subtracted a graph estimate vLLM 0.28's V2 runner does not make, p90 11.8 %).
 # `python hack/bench_planner.py --margins` prints it with the table below.
