@@ -17,7 +17,7 @@ def test_catalog_lists_the_labelled_gpus_minus_amd() -> None:
     labels = known_labels()
     assert "NVIDIA-H100-80GB-HBM3" in labels
     assert "Tesla-T4" in labels
-    assert len(labels) == 39  # 42 rows, 3 AMD parts without a GFD label
+    assert len(labels) == 40  # 43 rows (the last NVIDIA-GB10), 3 AMD parts without a label
 
 
 def test_h100_uses_the_cuda_total_measured_in_startup_logs() -> None:

@@ -101,6 +101,12 @@ class GpuFacts(BaseModel):
     fp8: Fp8Support = Fp8Support.NONE
     mig_profile: str | None = None
     shared: bool = False
+    unified_memory: bool = Field(
+        default=False,
+        description="An integrated GPU sharing the host's memory (gpu-measured.csv "
+        "unified_memory): vLLM then reads free memory from the host, see "
+        "planning/memory.py UNIFIED_MEMORY_NON_TORCH_GIB.",
+    )
     source: str = ""
 
     @property
@@ -132,6 +138,7 @@ class _Row(BaseModel):
     source: str
     cuda_total_gib: float | None = None
     cuda_total_source: str | None = None
+    unified_memory: bool = False
 
 
 def capabilities_for_cc(cc: tuple[int, int]) -> tuple[bool, Fp8Support]:
@@ -217,6 +224,7 @@ def _rows() -> dict[str, _Row]:
             source=source,
             cuda_total_gib=float(extra["cuda_total_gib"]) if extra.get("cuda_total_gib") else None,
             cuda_total_source=extra.get("source") or None,
+            unified_memory=(extra.get("unified_memory") or "").strip().lower() == "yes",
         )
     return rows
 
@@ -259,6 +267,7 @@ def _facts(row: _Row, *, total_mib: int, mig: str | None, shared: bool, label: s
         fp8=row.fp8,
         mig_profile=mig,
         shared=shared,
+        unified_memory=row.unified_memory,
         source=row.source,
     )
 
@@ -336,7 +345,9 @@ def lookup_gpu_by_memory(
     nvidia.com/gpu.compute.major/minor labels): bf16 at 8.0 and above, never lost on such a node;
     without it the GPU is treated conservatively (no bf16, no fp8), which can only make a plan
     safer. A figure equal to a catalog product's measured CUDA total (e.g. 81091 MiB = 79.19 GiB,
-    an H100's cudaMemGetInfo total) is taken as that total, not reduced a second time.
+    an H100's cudaMemGetInfo total) is taken as that total, not reduced a second time. A compute
+    capability that only one unified-memory product has (12.1, GB10) names that product, whose
+    memory the catalog cannot hold (it is the host's): its unified-memory term then applies.
     """
     if memory_mib <= 0:
         raise ValueError(f"GPU memory must be a positive number of MiB, got {memory_mib}")
@@ -369,6 +380,16 @@ def lookup_gpu_by_memory(
                 f"({facts.cuda_total_source}); taken as is"
             }
         )
+    unified = [
+        r
+        for r in rows
+        if r.unified_memory and r.total_mib is None and r.compute_capability == compute_capability
+    ]
+    if compute_capability is not None and len(unified) == 1:
+        # A unified-memory product has no memory of its own in the catalog (the host's is what the
+        # node reports), so its compute capability alone names it (12.1: GB10).
+        row = unified[0]
+        return _facts(row, total_mib=memory_mib, mig=None, shared=False, label=row.label)
     names = [name for mib, name, _ in _memory_only_rows() if mib == memory_mib]
     bf16, fp8 = False, Fp8Support.NONE
     source = "memory only (nvidia.com/gpu.memory); capabilities assumed absent"

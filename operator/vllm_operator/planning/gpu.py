@@ -22,4 +22,5 @@ def gpu_memory(
         bf16=facts.bf16,
         fp8_kv=facts.supports_fp8_kv_cache,
         measured_free_gib=None if measured_free_mib is None else measured_free_mib / MIB_PER_GIB,
+        unified_memory=facts.unified_memory,
     )

@@ -79,6 +79,25 @@ NON_TORCH_BASE_GIB = 0.10  # per-instance eras before 0.18 (0.02-0.13 seen)
 NON_TORCH_BASE_GIB_018 = 0.30  # 0.18+ (0.24-0.26 seen on H100 at 0.19; 0.46 once)
 NON_TORCH_TP_GIB = 0.45  # TP > 1 before 0.12 or below sm90 (0.33-0.44 seen)
 NON_TORCH_TP_GIB_SM90 = 1.95  # TP > 1 on sm90 / sm10x from 0.12 (1.82-1.96 seen at 0.19)
+# On an integrated (unified-memory) GPU vLLM reads free memory from the host, not the device:
+# utils/mem_utils.py MemorySnapshot.measure sets free_memory = psutil.virtual_memory().available
+# when current_platform.is_integrated_gpu (torch `is_integrated`, cudaDevAttrIntegrated; 0.21.0
+# to 0.33.0 alike, vLLM PR #35356, which replaced a compute-capability list naming 12.1, DGX
+# Spark), and memory_profiling counts the drop of that figure from the worker's init snapshot
+# (gpu_worker.init_device) to the end of the profile run (as non_torch_increase to 0.26, whole as
+# total_consumed from 0.27). So "consumed memory (weights + non-torch)" holds every host
+# allocation of the node in that window as well: the worker's heap and CPU tensors, torch.compile's
+# workers, the API server process. vLLM's code does not determine its size, so the planner holds the largest logged figure, on the safe side: 4.64
+# GiB of non-torch memory (bench row 116, Qwen3.8-27B BF16 on a GB10 at 0.27.1: consumed 55.99
+# less 51.35 of weights; row 115, Qwen3-0.6B on a DGX Spark, leaves about 2.2 GiB). It replaces
+# the discrete GPU's per-instance base (a TP > 1 rank adds its all-reduce term on top).
+UNIFIED_MEMORY_NON_TORCH_GIB = 4.64
+UNIFIED_MEMORY_REASON = (
+    f"non-torch memory {UNIFIED_MEMORY_NON_TORCH_GIB} GiB, conservative for a unified-memory GPU: "
+    "vLLM reads free memory from the host there (psutil MemAvailable), so host allocations "
+    "during startup count against the KV cache; the figure is the largest logged (bench rows "
+    "115-116), not derived from this model"
+)
 # Compute capabilities vLLM's symmetric-memory all-reduce serves (0.33.0
 # distributed/device_communicators/all_reduce_utils.py SYMM_MEM_ALL_REDUCE_MAX_SIZES: "9.0",
 # "10.0", "10.3", "10.7"; symm_mem.py SymmMemCommunicator.__init__ disables itself on any other
@@ -187,6 +206,11 @@ class GpuMemory(BaseModel):
     fp8_kv: bool = True
     measured_free_gib: float | None = Field(
         default=None, description="Free memory an NVML probe measured before vLLM starts."
+    )
+    unified_memory: bool = Field(
+        default=False,
+        description="An integrated GPU sharing the host's memory: vLLM's free-memory reading "
+        "then counts host allocations (UNIFIED_MEMORY_NON_TORCH_GIB).",
     )
 
 
@@ -1171,14 +1195,24 @@ def activation_bytes(
     return peak + ACTIVATION_CONST_GIB * GIB
 
 
-def non_torch_gib(sem: MemorySemantics, args: ResolvedArgs, sm: tuple[int, int] | None) -> float:
-    """Memory outside PyTorch that the profiler counts (DM §1 table: grows with TP)."""
+def non_torch_gib(
+    sem: MemorySemantics,
+    args: ResolvedArgs,
+    sm: tuple[int, int] | None,
+    *,
+    unified_memory: bool = False,
+) -> float:
+    """Memory outside PyTorch that the profiler counts (DM §1 table: grows with TP). On a
+    unified-memory GPU the free-memory reading is the host's, so host allocations count too
+    (UNIFIED_MEMORY_NON_TORCH_GIB, a conservative allowance)."""
     version = VllmVersion.parse(sem.version)
     if sem.era is ProfilerEra.V0_TORCH_ONLY:
         return 0.0  # before PR #2031 only torch allocations were counted (the OOM it fixed)
     base = NON_TORCH_BASE_GIB_018 if version.at_least("0.18.0") else NON_TORCH_BASE_GIB
     if sem.counts_cuda_context:
         base = NON_TORCH_CONTEXT_GIB
+    if unified_memory:
+        base = max(base, UNIFIED_MEMORY_NON_TORCH_GIB)
     if args.tensor_parallel_size > 1:
         base += NON_TORCH_TP_GIB_SM90 if symm_mem_all_reduce(sm, version) else NON_TORCH_TP_GIB
     return base
@@ -1573,7 +1607,9 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
             )
         elif sem.counts_cuda_context or sem.era is ProfilerEra.V0_DEVICE_DELTA:
             budget -= max(0.0, total - gpu.measured_free_gib)  # other tenants count against it
-    nt = non_torch_gib(sem, resolved, gpu.compute_capability)
+    nt = non_torch_gib(sem, resolved, gpu.compute_capability, unified_memory=gpu.unified_memory)
+    if gpu.unified_memory and sem.era is not ProfilerEra.V0_TORCH_ONLY:
+        reasons.append(UNIFIED_MEMORY_REASON)
     stages = layers_per_stage(arch.num_hidden_layers, pp)
     best: tuple[int, float, float, float, float, int] | None = None
     best_layout: HybridLayout | None = None

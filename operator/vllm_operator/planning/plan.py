@@ -34,6 +34,7 @@ from vllm_operator.planning.fidelity import is_thin_cell, kv_error_margin, weigh
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.intent import ObservedKv, PlanIntent
 from vllm_operator.planning.memory import (
+    UNIFIED_MEMORY_REASON,
     EngineArgs,
     GpuMemory,
     MemoryEstimate,
@@ -682,7 +683,7 @@ def plan_pool(
         "kv_cache_dtype = auto (the model dtype)",
         prefix_reason,
         *fidelity,
-        *[r for r in est.reasons if "sliding-window" in r],
+        *[r for r in est.reasons if "sliding-window" in r or r == UNIFIED_MEMORY_REASON],
         *est.startup_warnings,
     ]
     engine_args = PlannedArgs(
