@@ -86,10 +86,11 @@ NON_TORCH_TP_GIB_SM90 = 1.95  # TP > 1 on sm90 / sm10x from 0.12 (1.82-1.96 seen
 # Spark), and memory_profiling counts the drop of that figure from the worker's init snapshot
 # (gpu_worker.init_device) to the end of the profile run (as non_torch_increase to 0.26, whole as
 # total_consumed from 0.27). So "consumed memory (weights + non-torch)" holds every host
-# allocation of the node in that window as well: the worker's heap and CPU tensors, torch.compile's
-# workers, the API server process. vLLM's code does not determine its size, so the planner holds the largest logged figure, on the safe side: 4.64
-# GiB of non-torch memory (bench row 116, Qwen3.8-27B BF16 on a GB10 at 0.27.1: consumed 55.99
-# less 51.35 of weights; row 115, Qwen3-0.6B on a DGX Spark, leaves about 2.2 GiB). It replaces
+# allocation of the node in that window as well: the worker's heap and CPU tensors,
+# torch.compile's workers, the API server process. vLLM's code does not determine its size, so
+# the planner holds the largest logged figure, on the safe side: 4.64 GiB of non-torch memory
+# (bench row 116, Qwen3.8-27B BF16 on a GB10 at 0.27.1: consumed 55.99 less 51.35 of weights; row
+# 115, Qwen3-0.6B on a DGX Spark, leaves about 2.2 GiB). It replaces
 # the discrete GPU's per-instance base (a TP > 1 rank adds its all-reduce term on top).
 UNIFIED_MEMORY_NON_TORCH_GIB = 4.64
 UNIFIED_MEMORY_REASON = (
