@@ -576,6 +576,8 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             if restart_profiler is not None:
                 restart_profiler.stop()
                 restart_profile_lines = profile_summary(restart_profiler.out)
+                if args.profile_out:  # the restart's stacks beside the converge's
+                    shutil.copy(restart_profiler.out, f"{args.profile_out}.restart")
             # Every write of the resync counted: no key queued or running (not a sleep).
             op2.settled_writes(timeout=120)
             restart = Sample.take(op2)
@@ -903,7 +905,12 @@ def main() -> int:
         action="store_true",
         help="py-spy the run until converged and the steady window",
     )
-    parser.add_argument("--profile-out", type=Path, default=None, help="keep the raw stacks")
+    parser.add_argument(
+        "--profile-out",
+        type=Path,
+        default=None,
+        help="keep the raw stacks (the converge's; the restart's in PATH.restart)",
+    )
     parser.add_argument(
         "--profile-gil",
         action="store_true",
