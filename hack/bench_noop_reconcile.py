@@ -114,6 +114,21 @@ def one_round(gw: FakeGateway, n: int, profile: cProfile.Profile | None = None) 
     return out
 
 
+HEADER = "ms per reconcile: best of rounds (median over services) | first round | median round"
+
+
+def summary(rounds: list[list[float]]) -> str:
+    """The figures of HEADER. The machine is shared: other work only adds to a reconcile's CPU
+    time, so each service's best round is the closest to its own cost; the median over
+    services of that is the headline figure, the first round (module memos empty) and the
+    median round's median are beside it."""
+    best = [min(times) for times in zip(*rounds, strict=True)]
+    medians = [statistics.median(r) for r in rounds]
+    return (
+        f"{statistics.median(best):.2f} | {medians[0]:.2f} | {statistics.median(medians):.2f}"
+    )
+
+
 def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -142,16 +157,8 @@ def main() -> None:
     before = load()
     rounds = [one_round(gw, args.services) for _ in range(args.rounds)]
     after = load()
-    medians = [statistics.median(r) for r in rounds]
-    means = [statistics.fmean(r) for r in rounds]
-    line = (
-        f"{args.services} | {args.rounds} | {medians[0]:.2f} | {statistics.median(medians):.2f} | "
-        f"{statistics.median(means):.2f} | {before} → {after}"
-    )
-    print(
-        "services | rounds | first round median ms | median of round medians ms | "
-        "median of round means ms | load before → after"
-    )
+    line = f"{args.services} | {args.rounds} | {summary(rounds)} | {before} → {after}"
+    print(f"services | rounds | {HEADER} | load before → after")
     print(line)
     if args.profile:
         prof = cProfile.Profile()
