@@ -400,7 +400,13 @@ def pool_inputs(
     }
     # The same text as json.dumps of the whole object with sorted keys: its digest is in every
     # service's status, so a different spelling would rewrite them all.
-    return "{" + ",".join(f"{json.dumps(k)}:{parts[k]}" for k in sorted(parts)) + "}"
+    return "{" + ",".join(f"{_key_text(k)}:{parts[k]}" for k in sorted(parts)) + "}"
+
+
+@lru_cache(maxsize=64)
+def _key_text(key: str) -> str:
+    """A key of `pool_inputs` as JSON (the same ten keys each time: one encoding each)."""
+    return json.dumps(key)
 
 
 def _canonical(value: Any) -> str:
