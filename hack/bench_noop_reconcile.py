@@ -124,9 +124,7 @@ def summary(rounds: list[list[float]]) -> str:
     median round's median are beside it."""
     best = [min(times) for times in zip(*rounds, strict=True)]
     medians = [statistics.median(r) for r in rounds]
-    return (
-        f"{statistics.median(best):.2f} | {medians[0]:.2f} | {statistics.median(medians):.2f}"
-    )
+    return f"{statistics.median(best):.2f} | {medians[0]:.2f} | {statistics.median(medians):.2f}"
 
 
 def load() -> str:
@@ -170,8 +168,11 @@ def main() -> None:
         print(buf.getvalue())
     if args.write:
         label = args.label or os.environ.get("LABEL") or time.strftime("%H:%M UTC", time.gmtime())
-        write_doc(REPO / args.write if not Path(args.write).is_absolute() else Path(args.write),
-                  label, line)
+        write_doc(
+            REPO / args.write if not Path(args.write).is_absolute() else Path(args.write),
+            label,
+            line,
+        )
 
 
 if __name__ == "__main__":
