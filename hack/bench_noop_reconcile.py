@@ -132,12 +132,22 @@ def load() -> str:
 
 
 def write_doc(path: Path, label: str, line: str) -> None:
-    """Append a row to the Ninth round's table (the section is written by hand; rows by this)."""
-    text = path.read_text()
-    marker = "<!-- bench-noop rows -->"
-    if marker not in text:
-        raise SystemExit(f"{path}: no '{marker}' line to add the row under")
-    path.write_text(text.replace(marker, f"{marker}\n| {label} | {line} |", 1))
+    """Append a row to the table under the Ninth round's marker line (the section's text is
+    written by hand; its rows by this)."""
+    lines = path.read_text().split("\n")
+    if MARKER not in lines:
+        raise SystemExit(f"{path}: no '{MARKER}' line to add the row under")
+    at = lines.index(MARKER) + 1
+    if at >= len(lines) or not lines[at].startswith("|"):
+        lines[at:at] = [f"| code | services | rounds | {HEADER} | load before → after |"]
+        lines[at + 1 : at + 1] = ["|" + "---|" * 7]
+    while at < len(lines) and lines[at].startswith("|"):
+        at += 1
+    lines[at:at] = [f"| {label} | {line} |"]
+    path.write_text("\n".join(lines))
+
+
+MARKER = "<!-- bench-noop rows -->"
 
 
 def main() -> None:
