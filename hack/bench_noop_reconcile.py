@@ -10,8 +10,10 @@ Controller (empty plan and pool memos, as a restarted process has) reconciles ea
 single-threaded, each reconcile timed with `time.process_time`. Every one of them must write
 nothing (checked: a write fails the run).
 
-Module-level memos (pure look-ups kept for the process's life) are empty only in the first
-round, so the first round is reported beside the median.
+The figure is each service's best round, the median over services (`summary`: the machine is
+shared, and other work only adds to a reconcile's CPU time). Module-level memos (pure look-ups
+kept for the process's life) are empty only in the first round, so the first round is reported
+beside it, with the median round.
 
 Usage: .venv/bin/python hack/bench_noop_reconcile.py [--services 300] [--rounds 5]
        [--write docs/controller-benchmark.md] [--label TEXT] [--profile N]
