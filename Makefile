@@ -149,6 +149,10 @@ bench-webhook: $(STAMP) ## Benchmark the admission webhook: p50/p99 of 500 dry-r
 bench-crd: $(STAMP) ## Benchmark CR creation: N (1000) VLLMServices created with no operator under the CRD as shipped, without its CEL rules and without a schema; writes its section of docs/controller-benchmark.md
 	$(PY) hack/bench_crd.py --services $${N:-1000}
 
+.PHONY: bench-noop
+bench-noop: $(STAMP) ## Benchmark the no-op reconcile in process: CPU ms per reconcile of N (300) unchanged services after a restart (watch cache, empty memos), ROUNDS=5; adds a row to its section of docs/controller-benchmark.md (LABEL=text names the code)
+	$(PY) hack/bench_noop_reconcile.py --services $${N:-300} --rounds $${ROUNDS:-5} --write docs/controller-benchmark.md
+
 .PHONY: bench-controller
 bench-controller: $(STAMP) ## Benchmark the controller: N (200) VLLMServices on the local control plane (convergence, STEADY=120 s steady window, an edit, RESTARTS=1 restarts; PROFILE=1: py-spy; writes by kind per phase, the operator's log of each phase kept in the printed run directory); writes its section of docs/controller-benchmark.md
 	$(PY) hack/bench_controller.py --services $${N:-200} --steady-seconds $${STEADY:-120} --restarts $${RESTARTS:-1} $${PROFILE:+--profile}

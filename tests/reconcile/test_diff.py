@@ -150,3 +150,36 @@ def test_an_owned_label_no_longer_desired_triggers_its_removal() -> None:
     live["metadata"]["labels"]["gone"] = "1"
     live["metadata"]["managedFields"][0]["fieldsV1"]["f:metadata"]["f:labels"]["f:gone"] = {}
     assert needs_apply(POD, live)
+
+
+# --- #32 no-op reconcile: the faster walk decides as the plain one did -------------------------
+
+
+def test_two_live_entries_under_one_key_of_ours_trigger_an_apply() -> None:
+    live = live_with_foreign_entries()
+    env = live["spec"]["template"]["spec"]["containers"][0]["env"]
+    env.append(copy.deepcopy(env[1]))  # HF_HOME twice: the apply would make it one
+    assert needs_apply(POD, live)
+    del live["metadata"]["managedFields"]  # matched by the fallback key alike
+    assert needs_apply(POD, live)
+
+
+def test_scalar_lists_compare_in_order_and_by_spelling() -> None:
+    live = live_with_foreign_entries()
+    args = live["spec"]["template"]["spec"]["containers"][0]["args"]
+    args.reverse()
+    assert needs_apply(POD, live)
+    args.reverse()
+    args[1] = 8000  # the same value in the other spelling
+    assert not needs_apply(POD, live)
+    assert not is_subset([float("nan")], [float("nan")])
+
+
+def test_a_desired_entry_of_ours_still_present_is_not_a_removal() -> None:
+    """Every owned key the desired list matches is desired: only the others are removals."""
+    live = live_with_foreign_entries()
+    assert not needs_apply(POD, live)
+    fields = live["metadata"]["managedFields"][0]["fieldsV1"]
+    env = fields["f:spec"]["f:template"]["f:spec"]["f:containers"]['k:{"name":"vllm"}']["f:env"]
+    env['k:{"name":"INJECTED"}'] = {".": {}, "f:name": {}, "f:value": {}}  # now ours, undesired
+    assert needs_apply(POD, live)

@@ -19,6 +19,7 @@ from vllm_operator.planning import plan as planner
 from vllm_operator.reconcile import pools
 from vllm_operator.reconcile.controller import Controller
 
+from .nodes import cordoned
 from .test_controller import NOW, OfflineHub, cluster, example
 
 TEMPLATES = ["llama-3.1-8b-l4.yaml", "qwen2.5-7b-awq-t4.yaml"]
@@ -119,6 +120,86 @@ def test_a_restart_through_the_watch_cache_corrects_only_a_workload_edited_while
     assert gw.writes - writes == Counter({"apply:Deployment": 1, "event": 1})  # and its Event
     live = gw.objects[(Kind.DEPLOYMENT, "default", edited["metadata"]["name"])]
     assert live["spec"]["template"]["spec"]["containers"][0]["args"] == planned_args
+
+
+def _converged() -> FakeGateway:
+    """SERVICES services of TEMPLATES (L4 and T4), converged, every object at resourceVersion 1."""
+    gw = cluster()
+    for i in range(SERVICES):
+        obj = copy.deepcopy(example(TEMPLATES[i % len(TEMPLATES)]))
+        obj["metadata"] = {"name": f"svc-{i}", "namespace": "default"}
+        gw.add(obj)
+    first = Controller(gw, HubArchitectureResolver(gw, OfflineHub()), clock=lambda: NOW)
+    for _ in range(2):
+        for i in range(SERVICES):
+            first.reconcile("default", f"svc-{i}")
+    for obj in gw.objects.values():
+        obj["metadata"]["resourceVersion"] = "1"
+    return gw
+
+
+def _restart_writers(gw: FakeGateway) -> dict[str, list[str]]:
+    """A restart through a new watch cache over `gw` as it is now; what each service wrote."""
+    cache = WatchCache()
+    for (kind, _, _), obj in gw.objects.items():
+        cache.observe(kind, None, copy.deepcopy(obj))
+    for node in gw.nodes:
+        cache.observe(Kind.NODE, None, copy.deepcopy(node))
+    cache.mark_synced()
+    restarted = Controller(
+        CachedGateway(gw, cache), HubArchitectureResolver(gw, OfflineHub()), clock=lambda: NOW
+    )
+    wrote: dict[str, list[str]] = {}
+    for i in range(SERVICES):
+        outcome = restarted.reconcile("default", f"svc-{i}")
+        if outcome.wrote():
+            wrote[f"svc-{i}"] = [*outcome.applied, *(["status"] if outcome.status_written else [])]
+    return wrote
+
+
+def test_a_restart_over_unchanged_services_writes_nothing() -> None:
+    gw = _converged()
+    writes = gw.total_writes()
+    assert _restart_writers(gw) == {}
+    assert gw.total_writes() == writes
+
+
+def test_a_restart_plans_again_for_a_node_cordoned_while_down() -> None:
+    """What planning reads of the nodes changed while the operator was down (the T4 node
+    cordoned): every T4 service reports it; the L4 services write nothing."""
+    gw = _converged()
+    gw.nodes = [cordoned(n) if n["metadata"]["name"] == "t4-0" else n for n in gw.nodes]
+    wrote = _restart_writers(gw)
+    t4 = {f"svc-{i}" for i in range(SERVICES) if TEMPLATES[i % len(TEMPLATES)].endswith("t4.yaml")}
+    assert set(wrote) == t4 and all("status" in w for w in wrote.values())
+    for name in t4:
+        status = gw.objects[(Kind.VLLM_SERVICE, "default", name)]["status"]
+        assert "no schedulable node of Tesla-T4" in str(status)
+
+
+def test_a_restart_applies_a_spec_edited_while_down() -> None:
+    """A spec edit the operator has not seen (a new generation): its Deployment is applied and
+    status written for that service alone."""
+    gw = _converged()
+    (before,) = [
+        copy.deepcopy(o)
+        for (k, _, n), o in gw.objects.items()
+        if k is Kind.DEPLOYMENT and n.startswith("svc-1-")
+    ]
+    live = gw.objects[(Kind.VLLM_SERVICE, "default", "svc-1")]
+    live["spec"]["workload"]["concurrency"] = live["spec"]["workload"].get("concurrency", 4) + 7
+    live["metadata"]["generation"] += 1
+    live["metadata"]["resourceVersion"] = "2"
+    wrote = _restart_writers(gw)
+    assert list(wrote) == ["svc-1"], wrote
+    assert (
+        any(w.startswith("Deployment/svc-1-") for w in wrote["svc-1"])
+        and "status" in wrote["svc-1"]
+    )
+    (dep,) = [
+        o for (k, _, n), o in gw.objects.items() if k is Kind.DEPLOYMENT and n.startswith("svc-1-")
+    ]
+    assert dep["metadata"]["annotations"] != before["metadata"]["annotations"]  # a new plan hash
 
 
 class _ReadLog(FakeGateway):

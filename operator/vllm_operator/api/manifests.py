@@ -76,13 +76,28 @@ def _shape_problems(obj: Any, path: str = "", depth: int = 0) -> list[Problem]:
     return out
 
 
+def _shape_ok(obj: Any, depth: int = 0) -> bool:
+    """Whether `_shape_problems` finds nothing, without building a path per value: the
+    controller checks every service on each reconcile and nearly all are fine (#32 no-op
+    reconcile); the paths are built only for an object that has a problem."""
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(obj, dict):
+        return all(_shape_ok(v, depth + 1) for v in obj.values())
+    if isinstance(obj, list):
+        return all(_shape_ok(v, depth + 1) for v in obj)
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        return INT64_MIN <= obj <= INT64_MAX
+    return True
+
+
 def check_service(obj: Any) -> VLLMService:
     """The one validation path: a decoded object as the operator would accept it.
 
     Raises ServiceInvalid with every problem. Used by `validate`, `plan`, `render` and the
     controller, so they refuse exactly the same objects.
     """
-    problems = _shape_problems(obj)
+    problems = [] if _shape_ok(obj) else _shape_problems(obj)
     if problems:
         raise ServiceInvalid(problems)
     try:

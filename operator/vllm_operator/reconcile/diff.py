@@ -67,9 +67,15 @@ def _entry_key(owned_key: str) -> dict[str, Any] | None:
 
 
 def _matches_key(entry: Any, key: dict[str, Any]) -> bool:
-    return isinstance(entry, dict) and all(
-        k in entry and _same_scalar(v, entry[k]) for k, v in key.items()
-    )
+    if not isinstance(entry, dict):
+        return False
+    for k, v in key.items():
+        if k not in entry:
+            return False
+        found = entry[k]
+        if found != v and not _same_scalar(v, found):
+            return False
+    return True
 
 
 def _fallback_key(entry: Any) -> dict[str, Any] | None:
@@ -81,6 +87,10 @@ def _fallback_key(entry: Any) -> dict[str, Any] | None:
     return None
 
 
+_SCALARS = (str, int, float, bool, type(None))
+_EXACT = (str, int, bool, type(None))  # no float: NaN is unequal to itself
+
+
 def _list_subset(desired: list[Any], live: list[Any], owned: Fields | None) -> bool:
     keyed = {k: v for k, v in (owned or {}).items() if k.startswith("k:")}
     atomic = owned is not None and not keyed and not any(k.startswith("v:") for k in owned)
@@ -89,24 +99,38 @@ def _list_subset(desired: list[Any], live: list[Any], owned: Fields | None) -> b
         # An atomic list (or scalars): the operator owns it whole, so it must be equal.
         if len(desired) != len(live):
             return False
+        if desired == live and all(type(d) in _EXACT for d in desired):
+            return True  # equal scalars (args, commands): what the walk below finds, at C speed
         return all(is_subset(d, v) for d, v in zip(desired, live, strict=True))
     owned_keys = [(_entry_key(k), child) for k, child in keyed.items()]
+    matched: set[int] = set()
     for entry in desired:
         child: Fields | None = None
         key = None
-        for candidate, candidate_child in owned_keys:
+        for i, (candidate, candidate_child) in enumerate(owned_keys):
             if candidate is not None and _matches_key(entry, candidate):
                 key, child = candidate, candidate_child
+                matched.add(i)
                 break
         key = key or _fallback_key(entry)
         if key is None:
             return False
-        found = [v for v in live if _matches_key(v, key)]
-        if len(found) != 1 or not is_subset(entry, found[0], child):
+        found = None
+        for v in live:
+            if _matches_key(v, key):
+                if found is not None:
+                    return False  # two live entries under one key
+                found = v
+        if found is None or not is_subset(entry, found, child):
             return False
-    # An entry the operator owns but no longer desires: the apply would remove it.
-    for candidate, _ in owned_keys:
-        if candidate is not None and not any(_matches_key(d, candidate) for d in desired):
+    # An entry the operator owns but no longer desires: the apply would remove it. (A key
+    # matched above is desired; only the others are looked for.)
+    for i, (candidate, _) in enumerate(owned_keys):
+        if (
+            i not in matched
+            and candidate is not None
+            and not any(_matches_key(d, candidate) for d in desired)
+        ):
             return False
     return True
 
@@ -116,6 +140,10 @@ def is_subset(desired: Any, live: Any, owned: Fields | None = None) -> bool:
 
     `owned` is the operator's fieldsV1 at this level (None when unknown): a field owned but not
     desired means the apply would remove it.
+
+    Written for speed (#32 no-op reconcile: this walk was a quarter of an unchanged service's
+    reconcile): scalar children are compared in place instead of through a call each; the
+    result is the same as walking every child.
     """
     if isinstance(desired, dict):
         if not isinstance(live, dict):
@@ -123,8 +151,13 @@ def is_subset(desired: Any, live: Any, owned: Fields | None = None) -> bool:
         for k, v in desired.items():
             if k not in live:
                 return False
-            child = owned.get(f"f:{k}") if owned is not None else None
-            if not is_subset(v, live[k], child):
+            found = live[k]
+            if type(v) in _SCALARS:
+                if v != found and not _same_scalar(v, found):
+                    return False
+                continue
+            child = owned.get("f:" + k) if owned is not None else None
+            if not is_subset(v, found, child):
                 return False
         if owned is not None:
             for field in owned:
