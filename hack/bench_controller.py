@@ -563,6 +563,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
 
         # Restart: a new process resyncs every service (Kopf's resume handlers).
         op2 = OperatorProcess(cluster.kubeconfig, run_dir / "operator-restart.log", [NAMESPACE])
+        op2.start_args = list(op.start_args)  # the same --workers as the first process
         restart_start = time.monotonic()
         op2.start()
         assert op2.proc is not None
@@ -603,6 +604,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
             again = OperatorProcess(
                 cluster.kubeconfig, run_dir / f"operator-restart-{k}.log", [NAMESPACE]
             )
+            again.start_args = list(op.start_args)
             started = time.monotonic()
             again.start()
             try:
