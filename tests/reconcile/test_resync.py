@@ -77,18 +77,7 @@ def test_a_restart_through_the_watch_cache_corrects_only_a_workload_edited_while
     then every service resynced. Nothing unchanged is written; a Deployment edited while the
     operator was down (a newer resourceVersion, its plan-hash annotation left as it was) is
     applied back."""
-    gw = cluster()
-    for i in range(SERVICES):
-        obj = copy.deepcopy(example(TEMPLATES[i % len(TEMPLATES)]))
-        obj["metadata"] = {"name": f"svc-{i}", "namespace": "default"}
-        gw.add(obj)
-    first = Controller(gw, HubArchitectureResolver(gw, OfflineHub()), clock=lambda: NOW)
-    for _ in range(2):
-        for i in range(SERVICES):
-            first.reconcile("default", f"svc-{i}")
-
-    for obj in gw.objects.values():
-        obj["metadata"]["resourceVersion"] = "1"
+    gw = _converged()
     (edited,) = [
         o
         for (k, _, name), o in gw.objects.items()
