@@ -334,8 +334,12 @@ class Kube:
 
         return wait_for(check, timeout=timeout, what=f"{path} condition {type_}={status}")
 
-    def wait_for_default_service_account(self, namespace: str, *, timeout: float = 30) -> None:
-        """Pods need it (ServiceAccount admission); the controller manager creates it."""
+    def wait_for_default_service_account(self, namespace: str, *, timeout: float = 120) -> None:
+        """Pods need it (ServiceAccount admission); the controller manager creates it.
+
+        Up to 120 s: after a fault test's API-server outage the controller manager's informers
+        come back on their own backoff, and a CI run once waited more than 30 s for the next
+        test's namespace (`test_faults.py`, the test after the API-server restart)."""
         path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
         wait_for(lambda: self.exists(path), timeout=timeout, what=f"{path} created")
 
