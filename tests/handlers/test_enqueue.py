@@ -72,13 +72,28 @@ def test_handlers_enqueue_keys_and_reconcile_nothing() -> None:
     event(memo, "ADDED", service())
     assert cache.synced_event.is_set()  # the first resource handler passed Kopf's index gate
     event(memo, "ADDED", service())
-    asyncio.run(handlers.on_owned_deployment(memo=memo, body=owned("Deployment", "x-l4", "other")))
-    group_pod = owned("Pod", "big-0-1", "big")
+    asyncio.run(
+        handlers.on_owned_leader_worker_set(memo=memo, body=owned("LeaderWorkerSet", "x", "lws"))
+    )
+    # The owned kinds' watches (kube/informer.py) call these on their own threads.
+    on_event, on_found = registrations.owned_watch_callbacks(ctl)
+    on_event(Kind.DEPLOYMENT, "MODIFIED", dict(owned("Deployment", "x-l4", "other")))
+    group_pod = dict(owned("Pod", "big-0-1", "big"))
     group_pod["metadata"]["labels"][LWS_LABEL_NAME] = "big-h100"
-    asyncio.run(handlers.on_pod(memo=memo, type="MODIFIED", body=group_pod))
+    on_event(Kind.POD, "MODIFIED", group_pod)
     single_pod = owned("Pod", "small-abc", "small")  # a Deployment's pod: its Deployment reports
-    asyncio.run(handlers.on_pod(memo=memo, type="MODIFIED", body=single_pod))
-    assert ctl.queue.ready() == [("ml", "chat"), ("ml", "other"), ("ml", "big")]
+    on_event(Kind.POD, "MODIFIED", dict(single_pod))
+    on_event(Kind.SERVICE, "DELETED", dict(owned("Service", "small", "small")))
+    foreign = {"kind": "Deployment", "metadata": {"name": "web", "namespace": "ml"}}
+    on_event(Kind.DEPLOYMENT, "MODIFIED", foreign)
+    on_found(Kind.POD, dict(single_pod), True)  # a re-list: gone pods do concern their service
+    assert ctl.queue.ready() == [
+        ("ml", "chat"),
+        ("ml", "lws"),
+        ("ml", "other"),
+        ("ml", "big"),
+        ("ml", "small"),
+    ]
     assert gw.total_writes() == 0 and gw.events == []
 
 

@@ -17,26 +17,26 @@ handlers: Any = registrations
 
 def test_index_handlers_store_the_body_then_shed_kopfs_copy() -> None:
     _, cache, memo, _ = setup()
-    deployment = body(Kind.DEPLOYMENT, [OURS, THEIRS])
-    pod = body(Kind.POD, [THEIRS])
+    workload = body(Kind.LEADER_WORKER_SET, [OURS, THEIRS])
+    service = body(Kind.VLLM_SERVICE, [THEIRS])
     node = body(Kind.NODE, [THEIRS])
-    asyncio.run(handlers.cache_deployment(memo=memo, body=kopf.Body(cast(Any, deployment))))
-    asyncio.run(handlers.cache_pod(memo=memo, body=kopf.Body(cast(Any, pod))))
+    asyncio.run(handlers.cache_leader_worker_set(memo=memo, body=kopf.Body(cast(Any, workload))))
+    asyncio.run(handlers.cache_service(memo=memo, body=kopf.Body(cast(Any, service))))
     asyncio.run(handlers.cache_node(memo=memo, body=kopf.Body(cast(Any, node))))
     cache.mark_synced()
 
     # Kopf's copies, which wait at its start gate: no other manager's field sets, no images.
-    assert deployment["metadata"]["managedFields"] == [OURS]
-    assert "managedFields" not in pod["metadata"] and "images" not in node["status"]
+    assert workload["metadata"]["managedFields"] == [OURS]
+    assert "managedFields" not in service["metadata"] and "images" not in node["status"]
     # What the handlers after the gate read is still there.
-    assert pod["metadata"]["ownerReferences"] and node["status"]["allocatable"]
+    assert service["metadata"]["ownerReferences"] and node["status"]["allocatable"]
 
-    # The cache holds what reconcile/diff.py and the pod readers read.
-    _, cached = cache.lookup(Kind.DEPLOYMENT, "ml", "x")
+    # The cache holds what reconcile/diff.py and the status readers read.
+    _, cached = cache.lookup(Kind.LEADER_WORKER_SET, "ml", "x")
     assert cached is not None and cached["metadata"]["managedFields"] == [OURS]
-    assert cached["spec"] == deployment["spec"] and cached["status"] == deployment["status"]
-    _, cached_pod = cache.lookup(Kind.POD, "ml", "x")
-    assert cached_pod is not None and cached_pod["status"]["conditions"] == [
+    assert cached["spec"] == workload["spec"] and cached["status"] == workload["status"]
+    _, cached_service = cache.lookup(Kind.VLLM_SERVICE, "ml", "x")
+    assert cached_service is not None and cached_service["status"]["conditions"] == [
         {"type": "Ready", "status": "True"}
     ]
 
@@ -45,13 +45,13 @@ def test_a_shed_body_stored_again_by_the_event_handler_is_stored_as_the_full_one
     """`WatchCache.listed` stores the event handler's body again; after an invalidation (a
     conflict) that body is encoded anew, from Kopf's shed copy."""
     _, cache, memo, _ = setup()
-    deployment = body(Kind.DEPLOYMENT, [OURS, THEIRS])
-    asyncio.run(handlers.cache_deployment(memo=memo, body=kopf.Body(cast(Any, deployment))))
+    workload = body(Kind.LEADER_WORKER_SET, [OURS, THEIRS])
+    asyncio.run(handlers.cache_leader_worker_set(memo=memo, body=kopf.Body(cast(Any, workload))))
     cache.mark_synced()
-    _, before = cache.lookup(Kind.DEPLOYMENT, "ml", "x")
-    cache.invalidate(Kind.DEPLOYMENT, "ml", "x")
+    _, before = cache.lookup(Kind.LEADER_WORKER_SET, "ml", "x")
+    cache.invalidate(Kind.LEADER_WORKER_SET, "ml", "x")
     asyncio.run(
-        handlers.forget_deployment(memo=memo, type=None, body=kopf.Body(cast(Any, deployment)))
+        handlers.forget_leader_worker_set(memo=memo, type=None, body=kopf.Body(cast(Any, workload)))
     )
-    answered, after = cache.lookup(Kind.DEPLOYMENT, "ml", "x")
+    answered, after = cache.lookup(Kind.LEADER_WORKER_SET, "ml", "x")
     assert answered and json.dumps(after) == json.dumps(before)

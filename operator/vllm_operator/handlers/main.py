@@ -15,6 +15,7 @@ from vllm_operator.handlers import kopf_gate, kopf_json, registrations
 from vllm_operator.hub.resolver import HubArchitectureResolver, NoTokenSecrets, SecretReader
 from vllm_operator.kube.cache import CachedGateway, WatchCache
 from vllm_operator.kube.client import ApiGateway, connection_info, in_cluster, load_config
+from vllm_operator.kube.informer import INFORMED_KINDS, ApiKindSource, owned_watches
 from vllm_operator.kube.inventory import ApiBoundPods, OutsidePodWatch
 from vllm_operator.kube.relist import RELIST_SECONDS, PeriodicRelist, backstop_ttl
 from vllm_operator.kube.webhook_tls import WebhookCertificates
@@ -154,7 +155,7 @@ def run_operator(
     api_client = load_config(kubeconfig)
     api = ApiGateway(api_client)
     secrets: SecretReader = api if read_token_secrets else NoTokenSecrets()
-    # Reads come from the watch caches Kopf's handlers feed; what still reaches the API server
+    # Reads come from the watch caches Kopf's handlers and the owned kinds' watches feed; what still reaches the API server
     # (before the initial sync, on a miss or after a conflict) is counted below the cache.
     # One complete list per cached kind every `relist_seconds` (kube/relist.py) re-confirms
     # what no event changed; the per-entry expiry is only the backstop for failing lists.
@@ -196,17 +197,33 @@ def run_operator(
         server = webhook_server(webhook, api_client)
         registrations.register_admission()
         log.info("Serving the admission webhook address=%s port=%s", webhook.address, webhook.port)
-    memo = registrations.operator_memo(
-        Controller(
-            gateway,
-            HubArchitectureResolver(secrets),
-            node_cache_seconds=2.0,
-            metrics=signals,
-            settle_seconds=settle_seconds,
-            workers=workers,
-            gpu_allocation=GpuAllocation(gpu_allocation),
-            canary_default=canary,
+    controller = Controller(
+        gateway,
+        HubArchitectureResolver(secrets),
+        node_cache_seconds=2.0,
+        metrics=signals,
+        settle_seconds=settle_seconds,
+        workers=workers,
+        gpu_allocation=GpuAllocation(gpu_allocation),
+        canary_default=canary,
+    )
+    # The owned kinds (Deployments, Services, PDBs, pods) are listed and watched here, not by
+    # Kopf (kube/informer.py, #32), on a client of their own: each open watch holds a connection
+    # of its pool for minutes, which the reconciles' requests must not wait for.
+    on_event, on_found = registrations.owned_watch_callbacks(controller)
+    watches = owned_watches(
+        ApiKindSource(
+            load_config(kubeconfig, pool_size=len(INFORMED_KINDS) * max(1, len(namespaces)) + 2)
         ),
+        cache,
+        namespaces,
+        on_event,
+        on_found,
+    )
+    for watch in watches:
+        watch.start()
+    memo = registrations.operator_memo(
+        controller,
         connection=connection_info(api_client),
         in_cluster=in_cluster(),
         cache=cache,

@@ -14,7 +14,7 @@ to change writes nothing.
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import kopf
@@ -22,13 +22,18 @@ import kopf
 from vllm_operator.api.service import GROUP, PLURAL, VERSION
 from vllm_operator.handlers.kopf_essence import NoDiffBaseStorage
 from vllm_operator.kube.cache import WatchCache
-from vllm_operator.kube.gateway import LWS_GROUP, LWS_PLURAL, LWS_VERSION, Kind
+from vllm_operator.kube.gateway import LWS_GROUP, LWS_PLURAL, LWS_VERSION, Kind, Obj
 from vllm_operator.kube.relist import PeriodicRelist
 from vllm_operator.kube.slim import shed
 from vllm_operator.reconcile.controller import Controller
 from vllm_operator.reconcile.slices import slice_products
-from vllm_operator.reconcile.triggers import ServiceChanges, owners_of, service_of_group_pod
-from vllm_operator.rendering.names import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
+from vllm_operator.reconcile.triggers import (
+    ServiceChanges,
+    owners_of,
+    services_of_found,
+    services_of_owned_event,
+)
+from vllm_operator.rendering.names import LABEL_MANAGED_BY, MANAGED_BY
 
 LIST_SWEEP_SECONDS = 1.0
 
@@ -100,7 +105,28 @@ def _enqueue(memo: kopf.Memo, keys: Iterable[tuple[str, str]]) -> None:
         controller.enqueue(key)
 
 
+def owned_watch_callbacks(
+    controller: Controller,
+) -> tuple[Callable[[Kind, str, Obj], None], Callable[[Kind, Obj, bool], None]]:
+    """What kube/informer.py's watches of the owned kinds call (on their own threads, #32): a
+    watch event, and an object a re-list found changed or gone, each enqueues the services it
+    concerns (`reconcile/triggers.py`). No Kopf gate to open: those watches hold the cache's
+    sync back themselves (`WatchCache.expect_listing`)."""
+
+    def on_event(kind: Kind, _type: str, obj: Obj) -> None:
+        for key in services_of_owned_event(kind, obj):
+            controller.enqueue(key)
+
+    def on_found(kind: Kind, obj: Obj, _gone: bool) -> None:
+        for key in services_of_found(kind, obj):
+            controller.enqueue(key)
+
+    return on_event, on_found
+
+
 # -- watch caches (#21): index handlers feed the cache, before any other handler runs ------------
+# Deployments, Services, PDBs and pods are not Kopf's (#32): kube/informer.py lists and watches
+# them straight into the cache (Kopf's per-object pipeline cost ~3 ms of the GIL per object).
 # Index handlers run for the initial listing and every change (not for deletions: the event
 # handlers below forward those). They return None, so Kopf's own indices stay empty; what they
 # buy is Kopf's gate. No label filter here: the cache stores only managed-by objects and
@@ -141,10 +167,7 @@ def _keys_of_gone(
         return _controller(memo).triggers.services_affected_by_node(obj, deleted=gone)
     if kind is Kind.RESOURCE_SLICE:
         return _controller(memo).triggers.services_affected_by_products(slice_products(obj))
-    if kind is Kind.POD:
-        instance = (meta.get("labels") or {}).get(LABEL_INSTANCE)
-        return [(str(meta.get("namespace", "")), str(instance))] if instance else []
-    return owners_of(obj)
+    return services_of_found(kind, obj)
 
 
 def _enqueue_found(memo: kopf.Memo, kind: Kind, obj: dict[str, Any], gone: bool = True) -> None:
@@ -208,11 +231,6 @@ async def cache_service(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
     _observe(memo, Kind.VLLM_SERVICE, None, body)
 
 
-@kopf.index("apps", "v1", "deployments")
-async def cache_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
-    _observe(memo, Kind.DEPLOYMENT, None, body)
-
-
 # LeaderWorkerSets (multi-node pools): a cluster without the LeaderWorkerSet CRD leaves this
 # resource unresolved, which Kopf only warns about; nothing waits for it.
 @kopf.index(LWS_GROUP, LWS_VERSION, LWS_PLURAL)
@@ -220,47 +238,9 @@ async def cache_leader_worker_set(memo: kopf.Memo, body: kopf.Body, **_: Any) ->
     _observe(memo, Kind.LEADER_WORKER_SET, None, body)
 
 
-@kopf.index("", "v1", "services")
-async def cache_kube_service(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
-    _observe(memo, Kind.SERVICE, None, body)
-
-
-@kopf.index("policy", "v1", "poddisruptionbudgets")
-async def cache_pdb(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
-    _observe(memo, Kind.PDB, None, body)
-
-
-@kopf.index("", "v1", "pods")
-async def cache_pod(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
-    _observe(memo, Kind.POD, None, body)
-
-
 @kopf.index("", "v1", "nodes")
 async def cache_node(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
     _observe(memo, Kind.NODE, None, body)
-
-
-@kopf.on.event("", "v1", "services")
-async def forget_kube_service(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
-    _watched(memo, Kind.SERVICE, type, body)
-
-
-@kopf.on.event("policy", "v1", "poddisruptionbudgets")
-async def forget_pdb(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
-    _watched(memo, Kind.PDB, type, body)
-
-
-@kopf.on.event("", "v1", "pods")
-async def on_pod(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
-    """A deleted pod leaves the cache; a multi-node group's pod re-reconciles its service (a
-    group's readiness is its pods', the LeaderWorkerSet's status lags them)."""
-    _watched(memo, Kind.POD, type, body)
-    _enqueue(memo, service_of_group_pod(dict(body)))
-
-
-@kopf.on.event("apps", "v1", "deployments")
-async def forget_deployment(memo: kopf.Memo, type: str | None, body: kopf.Body, **_: Any) -> None:
-    _watched(memo, Kind.DEPLOYMENT, type, body)
 
 
 @kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL)
@@ -380,11 +360,10 @@ async def on_service_event(
         _enqueue(memo, [(namespace or "default", name or "")])
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
 @kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels={LABEL_MANAGED_BY: MANAGED_BY})
-async def on_owned_deployment(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
-    """A change to an owned Deployment or LeaderWorkerSet (readiness, drift) re-reconciles its
-    VLLMService."""
+async def on_owned_leader_worker_set(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
+    """A change to an owned LeaderWorkerSet (readiness, drift) re-reconciles its VLLMService
+    (owned Deployments: kube/informer.py's watch, `owned_watch_callbacks`)."""
     _enqueue(memo, owners_of(dict(body)))
 
 

@@ -1,4 +1,6 @@
-"""Watch caches: the objects the operator reads, kept in memory from Kopf's watch streams.
+"""Watch caches: the objects the operator reads, kept in memory from the watch streams (Kopf's for
+VLLMServices, nodes, LeaderWorkerSets and the DRA kinds; kube/informer.py's own for Deployments,
+Services, PDBs and pods, #32).
 
 Why: every reconcile and every remediation evaluation read the VLLMService, its Deployments,
 Service, PDB, pods and all nodes from the API server. At 1000 services an operator with nothing
@@ -18,7 +20,9 @@ Rules that keep the memory view correct:
 - Until the initial list has been seen (`mark_synced`) every read goes to the API server. Kopf
   runs no handler except index handlers before every indexed resource's initial list was indexed
   (its "operator indexed" gate), so the first resource handler that runs opens the gate
-  (handlers/registrations.py `_enqueue`, explicitly; no getter has that side effect). The queue's
+  (handlers/registrations.py `_enqueue`, explicitly; no getter has that side effect), and the
+  cache is synced once every watch of kube/informer.py has stored its first list too
+  (`expect_listing`, `listed_first`). The queue's
   workers wait on `synced_event` before taking any key (#32); with a namespace-restricted watch
   and kube/inventory.py's watch of the other namespaces' GPU pods, also for its first list.
 - A write that conflicted drops the object: the next read goes to the API server (a conflict
@@ -251,6 +255,10 @@ class WatchCache:
         self._outside_claims: dict[Key, tuple[str, dict[str, int]]] = {}
         self._outside = OUTSIDE_NONE
         self._synced = False
+        # Kopf's index gate passed (`mark_synced`); the cache is synced once, besides, every
+        # watch of kube/informer.py has stored its first list (`expect_listing`).
+        self._kopf_synced = False
+        self._pending_lists: set[tuple[Kind, str | None]] = set()
         self._synced_event = threading.Event()
         self._listings: dict[Kind, _Listing] = {}
         # Kinds whose first (the start's) listing is over: only later ones judge (`end_lists`).
@@ -513,9 +521,33 @@ class WatchCache:
             self._stale.add((kind, key))
 
     def mark_synced(self) -> None:
-        """Every cached kind's initial list has been stored: misses are now authoritative."""
-        if not self._synced:
-            self._synced = True
+        """Kopf's kinds' initial lists have been stored; once the own watches' first lists are
+        too (`listed_first`), misses are authoritative. (Every Kopf handler calls it: once set,
+        nothing to do.)"""
+        if self._kopf_synced:
+            return
+        with self._guard:
+            self._kopf_synced = True
+        self._sync_if_listed()
+
+    def expect_listing(self, kind: Kind, namespace: str | None) -> None:
+        """A watch of kube/informer.py will feed `kind` in `namespace` (None: all): the cache is
+        not synced before its first list is stored."""
+        with self._guard:
+            self._pending_lists.add((kind, namespace))
+
+    def listed_first(self, kind: Kind, namespace: str | None) -> None:
+        """That watch's first list is stored (or it cannot list: its reads go to the API)."""
+        with self._guard:
+            self._pending_lists.discard((kind, namespace))
+        self._sync_if_listed()
+
+    def _sync_if_listed(self) -> None:
+        with self._guard:
+            ready = not self._synced and self._kopf_synced and not self._pending_lists
+            if ready:
+                self._synced = True
+        if ready:
             log.info("Synced watch caches objects=%d", self.size())
             self._open_gate()
 

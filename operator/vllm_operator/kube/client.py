@@ -93,11 +93,12 @@ def guard_transport(
     return api_client
 
 
-def load_config(kubeconfig: str | None = None) -> client.ApiClient:
-    """An ApiClient from the in-cluster service account, else from a kubeconfig file."""
+def load_config(kubeconfig: str | None = None, pool_size: int = 20) -> client.ApiClient:
+    """An ApiClient from the in-cluster service account, else from a kubeconfig file;
+    `pool_size` connections at most (default: one per Kopf worker thread,
+    settings.execution.max_workers, plus headroom)."""
     configuration = client.Configuration()
-    # One connection per Kopf worker thread (settings.execution.max_workers) plus headroom.
-    configuration.connection_pool_maxsize = 20
+    configuration.connection_pool_maxsize = pool_size
     configuration.retries = RETRIES
     try:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

@@ -7,7 +7,9 @@ controller's business. Mapping rules:
 - a VLLMService event: the service itself, when something a reconcile reads of it other than its
   status changed (`ServiceChanges`; a deleted one too: its worker finds it gone and drops
   everything the controller remembers about it);
-- an owned Deployment or LeaderWorkerSet: its controlling VLLMService (owner reference);
+- an owned Deployment or LeaderWorkerSet: its controlling VLLMService (owner reference); the
+  Deployments and pods come from kube/informer.py's watches, not Kopf's
+  (`services_of_owned_event`, `services_of_found`);
 - a pod of a multi-node group: its service (instance label), since a group's readiness is counted
   from its pods;
 - a Node: every service that allows the node's GPU type, and only when something the planner or
@@ -26,7 +28,7 @@ from typing import Any
 
 from vllm_operator.api.groups import LWS_LABEL_NAME
 from vllm_operator.kube.bodies import Meta, NodeBody, PodBody, VLLMServiceBody
-from vllm_operator.kube.gateway import Obj
+from vllm_operator.kube.gateway import Kind, Obj
 from vllm_operator.reconcile.inventory import canonical_label
 from vllm_operator.rendering.names import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
 
@@ -57,6 +59,30 @@ def service_of_group_pod(pod: Obj) -> list[Key]:
         return []
     instance = labels.get(LABEL_INSTANCE)
     return [(meta.namespace, str(instance))] if instance else []
+
+
+def services_of_owned_event(kind: Kind, obj: Obj) -> list[Key]:
+    """The services a watch event of an owned kind concerns (kube/informer.py's watches, #32):
+    an owned Deployment's (readiness, drift), a multi-node group's pod's; a Service's, a PDB's and
+    a single-node pool's pod's events none (the Deployment's status follows its pods; the other
+    two are read by the reconcile their service has anyway, and a deletion is found by the
+    periodic list)."""
+    if kind is Kind.DEPLOYMENT:
+        labels = Meta(obj.get("metadata")).labels
+        return owners_of(obj) if labels.get(LABEL_MANAGED_BY) == MANAGED_BY else []
+    if kind is Kind.POD:
+        return service_of_group_pod(obj)
+    return []
+
+
+def services_of_found(kind: Kind, obj: Obj) -> list[Key]:
+    """The services concerned by an object of an owned kind that a complete list found gone or
+    changed behind the cache's back: its pods' by the instance label, the others' by owner."""
+    meta = Meta(obj.get("metadata"))
+    if kind is Kind.POD:
+        instance = meta.labels.get(LABEL_INSTANCE)
+        return [(meta.namespace, str(instance))] if instance else []
+    return owners_of(obj)
 
 
 def node_fingerprint(node: Obj, *, deleted: bool) -> tuple[Any, ...]:
@@ -199,4 +225,6 @@ __all__ = [
     "owners_of",
     "service_fingerprint",
     "service_of_group_pod",
+    "services_of_found",
+    "services_of_owned_event",
 ]
