@@ -568,7 +568,11 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         op2.start()
         assert op2.proc is not None
         # From the new process's start (imports, Kopf, the initial lists) to the last resync.
-        restart_profiler = Profiler(op2.proc.pid, state / "restart.txt") if args.profile else None
+        restart_profiler = (
+            Profiler(op2.proc.pid, state / "restart.txt", gil=args.profile_gil)
+            if args.profile
+            else None
+        )
         try:
             wait_for(
                 lambda: op2.reconciles() >= n, timeout=600, interval=0.5, what="restart resync"

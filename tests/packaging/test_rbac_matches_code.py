@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 KUBE = REPO / "operator" / "vllm_operator" / "kube"
 # The operator's kubernetes-client callers: the gateway and the webhook's CA keeper. (The probe's
 # node_annotations.py runs under the probe's own ServiceAccount: rules groups probe*.)
-CLIENTS = (KUBE / "client.py", KUBE / "webhook_tls.py")
+CLIENTS = (KUBE / "client.py", KUBE / "webhook_tls.py", KUBE / "informer.py")
 RULES = REPO / "charts" / "vllm-operator" / "files" / "rbac-rules.yaml"
 
 Grant = tuple[str, str, str]
@@ -142,10 +142,12 @@ ESCALATION: set[Grant] = {
 }
 
 # What Kopf itself calls (handlers/registrations.py): it lists and watches every resource with a
-# handler (the watch caches' index handlers: VLLMServices, Deployments, LeaderWorkerSets, Services,
-# PDBs, pods and nodes), patches a VLLMService only to remove the finalizer older versions added
+# handler (the watch caches' index handlers: VLLMServices, LeaderWorkerSets, nodes and the DRA
+# kinds), patches a VLLMService only to remove the finalizer older versions added
 # (with index and event handlers only, Kopf persists no diff-base or progress: #32), and
-# lists/watches CRDs for resource discovery.
+# lists/watches CRDs for resource discovery. The list/watch grants of Deployments, Services, PDBs
+# and pods are kube/informer.py's own watches (#32; a watch is a list call with watch=True, so
+# the method table above cannot tell it from a list).
 KOPF: set[Grant] = {
     ("serving.vllm-operator.dev", "vllmservices", "list"),
     ("serving.vllm-operator.dev", "vllmservices", "watch"),
@@ -225,8 +227,25 @@ def kopf_watched() -> set[tuple[str, str]]:
 def test_kopf_grants_cover_every_watched_resource() -> None:
     """KOPF above is written by hand: each resource Kopf lists and watches must be in it."""
     watched = kopf_watched()
-    assert ("", "pods") in watched  # the watch caches' handlers are registered
+    assert ("", "nodes") in watched  # the watch caches' handlers are registered
     listed = {(g, r) for g, r, v in KOPF if v in ("list", "watch")}
     missing = {(g, r, v) for g, r in watched for v in ("list", "watch")} - KOPF
     assert not missing, f"Kopf watches these without a grant: {sorted(missing)}"
     assert watched <= listed
+
+
+def test_the_owned_kinds_watches_are_granted_list_and_watch() -> None:
+    """kube/informer.py lists and watches Deployments, Services, PDBs and pods itself (#32): a
+    watch is a list call with watch=True, which the API server authorises as `watch`."""
+    from vllm_operator.kube.informer import INFORMED_KINDS
+
+    resources = {
+        "Deployment": ("apps", "deployments"),
+        "Service": ("", "services"),
+        "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
+        "Pod": ("", "pods"),
+    }
+    informed = {resources[kind.value] for kind in INFORMED_KINDS}
+    assert len(informed) == len(INFORMED_KINDS)
+    missing = {(g, r, v) for g, r in informed for v in ("list", "watch")} - granted()
+    assert not missing, f"the owned kinds' watches lack: {sorted(missing)}"

@@ -98,21 +98,24 @@ class ApiKindSource:
     """`KindSource` on the kubernetes client: raw JSON, no model objects."""
 
     def __init__(self, api_client: client.ApiClient) -> None:
-        core = client.CoreV1Api(api_client)
-        apps = client.AppsV1Api(api_client)
-        policy = client.PolicyV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
         # kind -> (namespaced list, list for all namespaces); a watch is a list with watch=True.
         self._calls: dict[Kind, tuple[Callable[..., Any], Callable[..., Any]]] = {
             Kind.DEPLOYMENT: (
-                apps.list_namespaced_deployment,
-                apps.list_deployment_for_all_namespaces,
+                self.apps.list_namespaced_deployment,
+                self.apps.list_deployment_for_all_namespaces,
             ),
-            Kind.SERVICE: (core.list_namespaced_service, core.list_service_for_all_namespaces),
+            Kind.SERVICE: (
+                self.core.list_namespaced_service,
+                self.core.list_service_for_all_namespaces,
+            ),
             Kind.PDB: (
-                policy.list_namespaced_pod_disruption_budget,
-                policy.list_pod_disruption_budget_for_all_namespaces,
+                self.policy.list_namespaced_pod_disruption_budget,
+                self.policy.list_pod_disruption_budget_for_all_namespaces,
             ),
-            Kind.POD: (core.list_namespaced_pod, core.list_pod_for_all_namespaces),
+            Kind.POD: (self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces),
         }
 
     def _call(self, kind: Kind, namespace: str | None, **kwargs: Any) -> Any:
