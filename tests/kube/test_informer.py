@@ -240,21 +240,22 @@ def test_the_api_source_pages_decodes_and_streams_raw_json() -> None:
         ]
     )
 
-    def everywhere(**kwargs: Any) -> Response:
-        asked.append(kwargs)
-        if kwargs.get("watch"):
-            return watch_response
-        body = {"metadata": {"resourceVersion": "10", "continue": "t"}, "items": [deployment("a")]}
-        return Response(json.dumps(body).encode())
+    class Gateway:
+        """kube/client.py `ApiGateway.list_raw`: the client's list call, unparsed."""
 
-    def namespaced(namespace: str, **kwargs: Any) -> Response:
-        raise AssertionError("every namespace is watched")
+        def list_raw(self, kind: Kind, namespace: str | None, **kwargs: Any) -> Response:
+            assert (kind, namespace) == (Kind.DEPLOYMENT, None)
+            asked.append(kwargs)
+            if kwargs.get("watch"):
+                return watch_response
+            meta = {"resourceVersion": "10", "continue": "t"}
+            return Response(json.dumps({"metadata": meta, "items": [deployment("a")]}).encode())
 
     source = ApiKindSource.__new__(ApiKindSource)
-    source._calls = {Kind.DEPLOYMENT: (namespaced, everywhere)}
+    source.gateway = Gateway()  # type: ignore[assignment]
     items, token, version = source.list_page(Kind.DEPLOYMENT, None, None)
     assert [i["metadata"]["name"] for i in items] == ["a"] and (token, version) == ("t", "10")
-    assert asked[0]["limit"] == 500 and asked[0]["_preload_content"] is False
+    assert asked[0]["limit"] == 500
     events = list(source.watch(Kind.DEPLOYMENT, None, "10"))
     assert [e[0] for e in events] == ["ADDED", "BOOKMARK"] and watch_response.released
     assert asked[1]["resource_version"] == "10" and asked[1]["allow_watch_bookmarks"] is True

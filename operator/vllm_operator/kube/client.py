@@ -299,27 +299,13 @@ class ApiGateway:
         items: list[Obj] = self._raw(raw)["items"]
         return items
 
-    def list_page(
-        self,
-        kind: Kind,
-        namespace: str | None,
-        label_selector: str,
-        *,
-        limit: int,
-        continue_token: str | None,
-    ) -> tuple[list[Obj], str | None]:
-        """One page of a list of every `kind` object (in `namespace`, or every namespace; nodes
-        and ResourceSlices are cluster-scoped) matching `label_selector`: (items, the continue
-        token of the next page or None). Pages share the first page's snapshot; an expired
-        token is a GatewayError with status 410 (list again from the start). The watch cache's
-        periodic re-list (kube/relist.py) is its only user."""
-        require_kind(kind, RELISTED_KINDS, "list pages of")
-        kwargs: dict[str, Any] = {
-            "label_selector": label_selector or None,
-            "limit": limit,
-            "_continue": continue_token,
-            "_preload_content": False,
-        }
+    def list_raw(self, kind: Kind, namespace: str | None, **kwargs: Any) -> Any:
+        """The client's list call of `kind` (in `namespace`, or every namespace; nodes and
+        ResourceSlices are cluster-scoped) with `kwargs`, unparsed (`_preload_content=False`):
+        the response, whose `.data` is the JSON, or with `watch=True` the open stream. Raises
+        ApiException. The one table of list calls: the periodic re-list (`list_page`) and the
+        owned kinds' watches (kube/informer.py) use it."""
+        kwargs["_preload_content"] = False
         custom = {Kind.VLLM_SERVICE: (GROUP, VERSION, PLURAL), Kind.LEADER_WORKER_SET: _LWS}
         namespaced: dict[Kind, tuple[Any, Any]] = {
             Kind.DEPLOYMENT: (
@@ -340,25 +326,45 @@ class ApiGateway:
                 self.resource.list_resource_claim_template_for_all_namespaces,
             ),
         }
+        if kind is Kind.NODE:
+            return self.core.list_node(**kwargs)
+        if kind is Kind.RESOURCE_SLICE:
+            return self.resource.list_resource_slice(**kwargs)
+        if kind in custom:
+            group, version, plural = custom[kind]
+            if namespace is None:
+                return self.custom.list_cluster_custom_object(group, version, plural, **kwargs)
+            return self.custom.list_namespaced_custom_object(
+                group, version, namespace, plural, **kwargs
+            )
+        if namespace is None:
+            return namespaced[kind][1](**kwargs)
+        return namespaced[kind][0](namespace, **kwargs)
+
+    def list_page(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        label_selector: str,
+        *,
+        limit: int,
+        continue_token: str | None,
+    ) -> tuple[list[Obj], str | None]:
+        """One page of a list of every `kind` object (in `namespace`, or every namespace; nodes
+        and ResourceSlices are cluster-scoped) matching `label_selector`: (items, the continue
+        token of the next page or None). Pages share the first page's snapshot; an expired
+        token is a GatewayError with status 410 (list again from the start). The watch cache's
+        periodic re-list (kube/relist.py) is its only user."""
+        require_kind(kind, RELISTED_KINDS, "list pages of")
         where = namespace or "all namespaces"
-        raw: Any
         try:
-            if kind is Kind.NODE:
-                raw = self.core.list_node(**kwargs)
-            elif kind is Kind.RESOURCE_SLICE:
-                raw = self.resource.list_resource_slice(**kwargs)
-            elif kind in custom:
-                group, version, plural = custom[kind]
-                if namespace is None:
-                    raw = self.custom.list_cluster_custom_object(group, version, plural, **kwargs)
-                else:
-                    raw = self.custom.list_namespaced_custom_object(
-                        group, version, namespace, plural, **kwargs
-                    )
-            elif namespace is None:
-                raw = namespaced[kind][1](**kwargs)
-            else:
-                raw = namespaced[kind][0](namespace, **kwargs)
+            raw = self.list_raw(
+                kind,
+                namespace,
+                label_selector=label_selector or None,
+                limit=limit,
+                _continue=continue_token,
+            )
         except ApiException as exc:
             raise _wrap(exc, f"list {kind} in {where}") from exc
         body = self._raw(raw)

@@ -48,6 +48,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from vllm_operator.kube import jsontext
 from vllm_operator.kube.cache import WatchCache
+from vllm_operator.kube.client import ApiGateway
 from vllm_operator.kube.gateway import GatewayError, Kind, Obj
 
 log = logging.getLogger(__name__)
@@ -94,41 +95,34 @@ EventCallback = Callable[[Kind, str, Obj], None]
 FoundCallback = Callable[[Kind, Obj, bool], None]
 
 
+def stream_events(response: Any) -> Iterator[tuple[str, Obj]]:
+    """(event type, object) of a watch response (`_preload_content=False`), decoded with orjson
+    line by line, until the server ends it; the connection goes back to the pool after. Shared
+    with kube/inventory.py's watch."""
+    try:
+        for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+            if line:
+                event = jsontext.loads(line)
+                yield str(event.get("type")), event.get("object") or {}
+    finally:
+        response.release_conn()
+
+
 class ApiKindSource:
-    """`KindSource` on the kubernetes client: raw JSON, no model objects."""
+    """`KindSource` on the kubernetes client (kube/client.py's table of list calls): raw JSON,
+    no model objects."""
 
     def __init__(self, api_client: client.ApiClient) -> None:
-        self.core = client.CoreV1Api(api_client)
-        self.apps = client.AppsV1Api(api_client)
-        self.policy = client.PolicyV1Api(api_client)
-        # kind -> (namespaced list, list for all namespaces); a watch is a list with watch=True.
-        self._calls: dict[Kind, tuple[Callable[..., Any], Callable[..., Any]]] = {
-            Kind.DEPLOYMENT: (
-                self.apps.list_namespaced_deployment,
-                self.apps.list_deployment_for_all_namespaces,
-            ),
-            Kind.SERVICE: (
-                self.core.list_namespaced_service,
-                self.core.list_service_for_all_namespaces,
-            ),
-            Kind.PDB: (
-                self.policy.list_namespaced_pod_disruption_budget,
-                self.policy.list_pod_disruption_budget_for_all_namespaces,
-            ),
-            Kind.POD: (self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces),
-        }
+        self.gateway = ApiGateway(api_client)
 
     def _call(self, kind: Kind, namespace: str | None, **kwargs: Any) -> Any:
-        namespaced, everywhere = self._calls[kind]
-        where = namespace or "all namespaces"
         try:
-            if namespace is None:
-                return everywhere(_preload_content=False, **kwargs)
-            return namespaced(namespace, _preload_content=False, **kwargs)
+            return self.gateway.list_raw(kind, namespace, **kwargs)
         except ApiException as exc:
             if exc.status == 410:
                 raise Gone from exc
             verb = "watch" if kwargs.get("watch") else "list"
+            where = namespace or "all namespaces"
             raise GatewayError(
                 f"{verb} {kind} in {where} failed: {exc.status} {exc.reason}", exc.status
             ) from exc
@@ -160,13 +154,7 @@ class ApiKindSource:
             timeout_seconds=WATCH_SECONDS,
             _request_timeout=(CONNECT_TIMEOUT, WATCH_READ_TIMEOUT),
         )
-        try:
-            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
-                if line:
-                    event = jsontext.loads(line)
-                    yield str(event.get("type")), event.get("object") or {}
-        finally:
-            response.release_conn()
+        return stream_events(response)
 
 
 class KindWatch:
@@ -331,4 +319,4 @@ def owned_watches(
     ]
 
 
-__all__ = ["INFORMED_KINDS", "ApiKindSource", "KindWatch", "owned_watches"]
+__all__ = ["INFORMED_KINDS", "ApiKindSource", "KindWatch", "owned_watches", "stream_events"]

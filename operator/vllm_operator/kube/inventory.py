@@ -37,10 +37,10 @@ from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 
 from vllm_operator.kube.cache import OUTSIDE_DENIED, WatchCache
 from vllm_operator.kube.gateway import GatewayError, Obj
+from vllm_operator.kube.informer import Gone, stream_events
 from vllm_operator.kube.pods import gpu_claim
 
 log = logging.getLogger(__name__)
@@ -64,10 +64,6 @@ def outside_selector(namespaces: Iterable[str]) -> str:
     return ",".join(
         [BOUND_NOT_ENDED, *(f"metadata.namespace!={ns}" for ns in sorted(set(namespaces)))]
     )
-
-
-class Gone(Exception):
-    """The watch's resourceVersion is too old (410): list again."""
 
 
 class BoundPodSource(Protocol):
@@ -131,13 +127,7 @@ class ApiBoundPods:
             raise GatewayError(
                 f"watch bound pods failed: {exc.status} {exc.reason}", exc.status
             ) from exc
-        try:
-            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
-                if line:
-                    event = json.loads(line)
-                    yield str(event.get("type")), event.get("object") or {}
-        finally:
-            response.release_conn()
+        return stream_events(response)
 
 
 class OutsidePodWatch:
@@ -217,4 +207,4 @@ class OutsidePodWatch:
         return version
 
 
-__all__ = ["ApiBoundPods", "OutsidePodWatch", "outside_selector"]
+__all__ = ["ApiBoundPods", "Gone", "OutsidePodWatch", "outside_selector"]
