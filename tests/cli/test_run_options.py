@@ -27,3 +27,18 @@ def test_the_canary_default_reaches_the_operator(
     result = CliRunner().invoke(cli, ["run", "--namespace", "ns", *args], env=env)
     assert result.exit_code == 0, result.output
     assert seen["canary"] is expected
+
+
+def test_the_workers_default_is_the_queues(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flag's default is written out in cli/run.py (importing the queue would slow every
+    command); it must stay the queue's DEFAULT_WORKERS, which the benchmark measured (#32)."""
+    from vllm_operator.reconcile.queue import DEFAULT_WORKERS
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(handlers_main, "run_operator", lambda **kwargs: seen.update(kwargs))
+    result = CliRunner().invoke(cli, ["run", "--namespace", "ns"])
+    assert result.exit_code == 0, result.output
+    assert seen["workers"] == DEFAULT_WORKERS == 2
+    result = CliRunner().invoke(cli, ["run", "--namespace", "ns", "--workers", "8"])
+    assert result.exit_code == 0, result.output
+    assert seen["workers"] == 8

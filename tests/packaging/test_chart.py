@@ -161,7 +161,7 @@ def test_operator_pod_is_hardened(helm: Path) -> None:
         "--health-address=0.0.0.0:8081",
         "--gpu-memory-metric=dcgm",
         "--settle-seconds=3",
-        "--workers=8",
+        "--workers=2",
         "--gpu-allocation=devicePlugin",
         "--canary",
     ]

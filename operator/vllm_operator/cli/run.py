@@ -50,10 +50,12 @@ import click
 @click.option(
     "--workers",
     type=click.IntRange(1, 64),
-    default=8,
+    default=2,  # reconcile.queue.DEFAULT_WORKERS (not imported: it would slow every command)
     show_default=True,
     help="Services reconciled at the same time (threads taking keys from the one work queue; "
-    "a service is never reconciled by two at once).",
+    "a service is never reconciled by two at once). More help only where each API request "
+    "waits long (a distant API server): every extra thread is one more request in flight "
+    "against the API server, and the GIL runs one thread's Python at a time.",
 )
 @click.option(
     "--webhook-port",

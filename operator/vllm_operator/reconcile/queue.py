@@ -44,9 +44,14 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 
-DEFAULT_WORKERS = 8
-"""Reconciles wait on the API server (applies, status writes) far more than they compute, so a
-few threads overlap those waits; the GIL serialises the planning either way."""
+DEFAULT_WORKERS = 2
+"""Two: one reconcile's API round trip overlaps another's planning, and the GIL serialises the
+planning either way, so more threads add no CPU but more requests in flight. Those cost the API
+server and every other client (issue #32's twelfth round, 1000 services on one 2-core machine:
+8 workers slowed the client's 1000 creates to 67.8 s and converged in 193.7 s with 54 ms of
+operator CPU per service; 2 workers: 13.7 s, 84.1 s and 23 ms, and a restart of 12.3 CPU-s
+instead of 19.0). Raise `--workers` where the API server is far away (high latency per write)
+and the operator has CPU to spare."""
 
 TIMER_BATCH_SECONDS = 0.5
 """The delay thread moves due keys to the queue at most this often, so keys due close together
