@@ -318,18 +318,31 @@ def test_deleting_a_service_while_the_operator_is_stopped_never_hangs(
 def test_finalizer_of_an_older_operator_is_removed(
     kube: Kube, namespace: str, cluster: Cluster, tmp_path: Path
 ) -> None:
-    """Upgrading from an operator that used a timer: its finalizer is taken off on resume, so
-    objects created before the upgrade are deletable without the operator too."""
+    """Upgrading from an operator that used a timer: its finalizer is taken off by the first
+    reconcile (the VLLMServices are no longer Kopf's, #32), so objects created before the upgrade
+    are deletable without the operator too, and one deleted before the upgrade (Terminating,
+    held by that finalizer) goes once the operator runs."""
+    legacy = "serving.vllm-operator.dev/kopf-finalizer"
     obj = example("llama-3.1-8b-l4.yaml", namespace)
-    obj["metadata"]["finalizers"] = ["serving.vllm-operator.dev/kopf-finalizer"]
+    obj["metadata"]["finalizers"] = ["example.com/keep", legacy]
     name = obj["metadata"]["name"]
     kube.apply(obj)
+    held = example("llama-3.1-8b-l4.yaml", namespace)
+    held["metadata"]["name"] = "held"
+    held["metadata"]["finalizers"] = [legacy]
+    kube.apply(held)
+    kube.delete(svc_path(namespace, "held"))
+    assert kube.get(svc_path(namespace, "held"))["metadata"].get("deletionTimestamp")
     with OperatorProcess(cluster.kubeconfig, tmp_path / "op.log", [namespace]):
         wait_for(
-            lambda: not kube.get(svc_path(namespace, name))["metadata"].get("finalizers") or None,
+            lambda: kube.get(svc_path(namespace, name))["metadata"].get("finalizers")
+            == ["example.com/keep"]
+            or None,
             timeout=60,
-            what="Kopf to remove its old finalizer",
+            what="the reconcile to remove the old finalizer, and only it",
         )
+        kube.wait_gone(svc_path(namespace, "held"), timeout=30)
+    kube.patch(svc_path(namespace, name), {"metadata": {"finalizers": None}})
     kube.delete(svc_path(namespace, name))
     kube.wait_gone(svc_path(namespace, name), timeout=30)
 

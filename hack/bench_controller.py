@@ -561,7 +561,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], bool]:
         server_stopped = apiserver_writes(kube)
         record("edit", m3, m4, server=server_stopped, log_end=None)
 
-        # Restart: a new process resyncs every service (Kopf's resume handlers).
+        # Restart: a new process resyncs every service (the VLLMService watch's first list).
         op2 = OperatorProcess(cluster.kubeconfig, run_dir / "operator-restart.log", [NAMESPACE])
         op2.start_args = list(op.start_args)  # the same --workers as the first process
         restart_start = time.monotonic()

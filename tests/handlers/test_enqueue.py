@@ -1,5 +1,6 @@
-"""The Kopf resource handlers only map events to service keys on the controller's queue (#32):
-they reconcile nothing themselves, and the first of them opens the watch cache's sync gate."""
+"""The watch handlers only map events to service keys on the controller's queue (#32): Kopf's
+resource handlers (the first of them opens the watch cache's sync gate) and the callbacks of
+kube/informer.py's watches (VLLMServices and the owned kinds) reconcile nothing themselves."""
 
 import asyncio
 from typing import Any, cast
@@ -58,23 +59,25 @@ def service(name: str = "chat", status: Any = None, **meta: Any) -> Any:
 
 
 def event(memo: kopf.Memo, type_: str | None, body: Any) -> None:
-    meta = body["metadata"]
-    asyncio.run(
-        handlers.on_service_event(
-            memo=memo, type=type_, namespace=meta["namespace"], name=meta["name"], body=body
-        )
+    """What the VLLMService watch hands over: an event, or (type None) a listed service."""
+    on_event, on_found = registrations.service_watch_callbacks(
+        memo["controller"], memo["service_changes"]
     )
+    if type_ is None:
+        on_found(Kind.VLLM_SERVICE, dict(body), False)
+    else:
+        on_event(Kind.VLLM_SERVICE, type_, dict(body))
 
 
 def test_handlers_enqueue_keys_and_reconcile_nothing() -> None:
     ctl, cache, memo, gw = setup()
     assert not cache.synced_event.is_set()
-    event(memo, "ADDED", service())
-    assert cache.synced_event.is_set()  # the first resource handler passed Kopf's index gate
-    event(memo, "ADDED", service())
     asyncio.run(
         handlers.on_owned_leader_worker_set(memo=memo, body=owned("LeaderWorkerSet", "x", "lws"))
     )
+    assert cache.synced_event.is_set()  # the first resource handler passed Kopf's index gate
+    event(memo, "ADDED", service())
+    event(memo, "ADDED", service())
     # The owned kinds' watches (kube/informer.py) call these on their own threads.
     on_event, on_found = registrations.owned_watch_callbacks(ctl)
     on_event(Kind.DEPLOYMENT, "MODIFIED", dict(owned("Deployment", "x-l4", "other")))
@@ -88,8 +91,8 @@ def test_handlers_enqueue_keys_and_reconcile_nothing() -> None:
     on_event(Kind.DEPLOYMENT, "MODIFIED", foreign)
     on_found(Kind.POD, dict(single_pod), True)  # a re-list: gone pods do concern their service
     assert ctl.queue.ready() == [
-        ("ml", "chat"),
         ("ml", "lws"),
+        ("ml", "chat"),
         ("ml", "other"),
         ("ml", "big"),
         ("ml", "small"),
@@ -98,17 +101,35 @@ def test_handlers_enqueue_keys_and_reconcile_nothing() -> None:
 
 
 def test_a_deleted_service_leaves_the_cache_and_is_enqueued_for_its_worker_to_forget() -> None:
+    """The VLLMService watch (kube/informer.py) with the handlers' callbacks: its first list
+    enqueues every service, a DELETED event drops the service from the cache and the event
+    filter and enqueues it, and a re-list that no longer returns a service does the same."""
+    from tests.kube.test_informer import Source
+    from vllm_operator.kube.informer import Gone, KindWatch
+
     ctl, cache, memo, _ = setup()
-    body = kopf.Body({"kind": "VLLMService", "metadata": {"name": "chat", "namespace": "ml"}})
-    asyncio.run(
-        handlers.on_service_event(memo=memo, type=None, namespace="ml", name="chat", body=body)
+    changes: ServiceChanges = memo["service_changes"]
+    on_event, on_found = registrations.service_watch_callbacks(ctl, changes)
+    chat, web = (dict(service(n, resourceVersion=rv)) for n, rv in (("chat", "5"), ("web", "6")))
+    source = Source([([chat, web], "10"), [("DELETED", chat)], Gone(), ([], "20")])
+    watch = KindWatch(
+        source, cache, Kind.VLLM_SERVICE, None, on_event, on_found, report_first_list=True
     )
-    assert cache.lookup(Kind.VLLM_SERVICE, "ml", "chat")[1] is not None
-    asyncio.run(
-        handlers.on_service_event(memo=memo, type="DELETED", namespace="ml", name="chat", body=body)
-    )
+    original = source._next
+
+    def next_or_stop() -> object:
+        if not source.steps:
+            watch.stop()
+            return []
+        return original()
+
+    source._next = next_or_stop  # type: ignore[method-assign]
+    cache.mark_synced()
+    watch.run()
+    assert ctl.queue.ready() == [("ml", "chat"), ("ml", "web")]
     assert cache.lookup(Kind.VLLM_SERVICE, "ml", "chat") == (True, None)
-    assert ctl.queue.ready() == [("ml", "chat")]
+    assert cache.lookup(Kind.VLLM_SERVICE, "ml", "web") == (False, None)  # read again now
+    assert len(changes) == 0
 
 
 def test_objects_a_relist_no_longer_returned_map_to_their_services() -> None:
@@ -196,8 +217,8 @@ def test_a_status_write_enqueues_nothing_and_what_the_reconcile_reads_does() -> 
 
 
 def test_a_listing_enqueues_every_service_once_and_a_relisting_what_changed() -> None:
-    """A start (Kopf's initial list: events of type None) reconciles every service once; a
-    re-listing after a watch's 410 Gone enqueues only the services changed meanwhile."""
+    """A start (the watch's first list hands every service over) reconciles every service once;
+    a re-listing after a watch's 410 Gone enqueues only the services changed meanwhile."""
     ctl, _, memo, _ = setup()
     for name in ("a", "b"):
         event(memo, None, service(name))

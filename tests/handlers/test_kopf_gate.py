@@ -88,3 +88,33 @@ def test_shared_waits_return_only_in_the_wanted_state_and_survive_a_cancelled_wa
         await asyncio.wait_for(off, timeout=5)
 
     asyncio.run(scenario())
+
+
+def test_the_indexed_callback_fires_once_kopfs_gate_opens_even_with_no_object(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kopf's orchestration (orchestration.py, queueing.py): a blocker, one toggle per indexed
+    kind dropped when its initial list is over, one per listed object dropped after its index
+    handlers. The callback must not fire while any of them holds the gate, and must fire when
+    the last is dropped, also when no object exists (no resource handler ever runs then)."""
+    monkeypatch.setattr(ToggleSet, "drop_toggle", ToggleSet.drop_toggle)  # restored after
+    fired: list[bool] = []
+    assert kopf_gate.notify_when_indexed(lambda: fired.append(True))
+
+    async def scenario() -> None:
+        paused = ToggleSet(any)  # Kopf's other set: never reported
+        await paused.drop_toggle(await paused.make_toggle(True, name="peering"))
+        indexed = ToggleSet(all)
+        blocker = await indexed.make_toggle(name="orchestration blocker")
+        nodes = await indexed.make_toggle(name="nodes@None")
+        workloads = await indexed.make_toggle(name="leaderworkersets@None")
+        await indexed.drop_toggle(blocker)
+        await indexed.drop_toggle(nodes)  # an empty list: no object, no handler
+        assert fired == []
+        one = await indexed.make_toggle(name="a listed workload")
+        await indexed.drop_toggle(workloads)  # its list is over, its object not indexed yet
+        assert fired == []
+        await indexed.drop_toggle(one)
+        assert fired == [True]
+
+    asyncio.run(scenario())

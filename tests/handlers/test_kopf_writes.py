@@ -1,10 +1,13 @@
-"""Kopf writes nothing to a VLLMService (#32), checked through Kopf's own reactor.
+"""Kopf writes nothing to any object (#32), checked through Kopf's own reactor and registry.
 
-Each watch event goes through `kopf._core.reactor.processing.process_resource_event` with the
-operator's registry and settings, as `kopf.run` would hand it over; every PATCH Kopf would send
-is caught at `kopf._cogs.clients.patching.patch_obj`. Before #32 the create/update/resume handlers
-made Kopf patch its last-handled-configuration annotation on the first event and every spec
-change."""
+The VLLMServices are not Kopf's any more (kube/informer.py watches them): no handler of Kopf's
+registry selects them, so Kopf neither lists, watches nor patches one (the admission webhook is
+served per request and needs no watch). The kinds Kopf still watches go through
+`kopf._core.reactor.processing.process_resource_event` with the operator's registry and settings,
+as `kopf.run` would hand them over; every PATCH Kopf would send is caught at
+`kopf._cogs.clients.patching.patch_obj`. Before #32 the create/update/resume handlers made Kopf
+patch its last-handled-configuration annotation on the first event and every spec change. The
+finalizer older versions added is removed by the reconcile (tests/reconcile/test_legacy.py)."""
 
 import asyncio
 from typing import Any
@@ -28,7 +31,7 @@ from vllm_operator.reconcile.triggers import ServiceChanges
 # Kopf's decorators type the handlers as its callback protocols; they are plain functions.
 handlers: Any = registrations
 
-RESOURCE = references.Resource(
+SERVICES = references.Resource(
     group=GROUP,
     version=VERSION,
     plural=PLURAL,
@@ -36,22 +39,28 @@ RESOURCE = references.Resource(
     namespaced=True,
     verbs=frozenset({"list", "watch", "patch"}),
 )
-OLD_FINALIZER = f"{GROUP}/kopf-finalizer"
+NODES = references.Resource(
+    group="",
+    version="v1",
+    plural="nodes",
+    kind="Node",
+    namespaced=False,
+    verbs=frozenset({"list", "watch", "patch"}),
+)
 
 
-def service(rv: int, generation: int = 1, **meta: Any) -> dict[str, Any]:
+def node(rv: int, **meta: Any) -> dict[str, Any]:
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {
-            "name": "chat",
-            "namespace": "ml",
-            "uid": "u1",
-            "generation": generation,
+            "name": "gpu-1",
+            "uid": "n1",
             "resourceVersion": str(rv),
+            "labels": {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "1"},
             **meta,
         },
-        "spec": {"model": "meta-llama/Llama-3.1-8B-Instruct", "replicas": generation},
+        "status": {"allocatable": {"nvidia.com/gpu": "1"}},
     }
 
 
@@ -88,7 +97,7 @@ class Reactor:
                 settings=self.settings,
                 memories=self.memories,
                 memobase=ephemera.AnyMemo(self.memo),
-                resource=RESOURCE,
+                resource=NODES,
                 raw_event={"type": type_, "object": body},  # type: ignore[typeddict-item]
                 event_queue=asyncio.Queue(),
                 no_throttling=True,
@@ -100,33 +109,26 @@ class Reactor:
         return keys
 
 
-def test_a_service_created_edited_and_listed_again_is_never_patched(
+def test_kopf_watches_no_vllmservice() -> None:
+    """No index, event, change-detecting or spawning handler selects the VLLMService, so Kopf's
+    orchestration (kopf/_core/reactor/observation.py `revise_resources`) never watches it."""
+    registry = kopf.get_default_registry()
+    watching = (
+        registry._indexing.get_all_selectors()
+        | registry._watching.get_all_selectors()
+        | registry._spawning.get_all_selectors()
+        | registry._changing.get_all_selectors()
+    )
+    assert watching, "the nodes, LeaderWorkerSets and DRA kinds stay Kopf's"
+    assert not [s for s in watching if s.check(SERVICES)]
+    assert [s for s in watching if s.check(NODES)]
+
+
+def test_a_node_listed_changed_and_deleted_is_never_patched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reactor = Reactor(monkeypatch)
-    key = ("ml", "chat")
-    assert reactor.event("ADDED", service(1)) == [key]
-    status = {"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True"}]}
-    assert reactor.event("MODIFIED", {**service(2), "status": status}) == []  # our status write
-    assert reactor.event("MODIFIED", service(3, generation=2)) == [key]  # a spec edit
-    assert reactor.event("MODIFIED", service(4, generation=2, labels={"a": "b"})) == [key]
-    assert reactor.event(None, service(4, generation=2, labels={"a": "b"})) == []  # re-listed
-    assert reactor.event("DELETED", service(5, generation=2, labels={"a": "b"})) == [key]
+    reactor.event(None, node(1))
+    reactor.event("MODIFIED", node(2, annotations={"a": "b"}))
+    reactor.event("DELETED", node(3))
     assert reactor.patches == []
-
-
-def test_a_restart_lists_every_service_once_and_patches_none(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    reactor = Reactor(monkeypatch)
-    stored = service(9, annotations={f"{GROUP}/last-handled-configuration": '{"spec": {}}'})
-    assert reactor.event(None, stored) == [("ml", "chat")]
-    assert reactor.patches == []  # an older operator's annotation is left as it is
-
-
-def test_only_the_finalizer_older_versions_added_is_removed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    reactor = Reactor(monkeypatch)
-    reactor.event(None, service(1, finalizers=["example.com/keep", OLD_FINALIZER]))
-    assert reactor.patches == [[{"op": "remove", "path": "/metadata/finalizers/1"}]]

@@ -18,27 +18,21 @@ handlers: Any = registrations
 def test_index_handlers_store_the_body_then_shed_kopfs_copy() -> None:
     _, cache, memo, _ = setup()
     workload = body(Kind.LEADER_WORKER_SET, [OURS, THEIRS])
-    service = body(Kind.VLLM_SERVICE, [THEIRS])
     node = body(Kind.NODE, [THEIRS])
     asyncio.run(handlers.cache_leader_worker_set(memo=memo, body=kopf.Body(cast(Any, workload))))
-    asyncio.run(handlers.cache_service(memo=memo, body=kopf.Body(cast(Any, service))))
     asyncio.run(handlers.cache_node(memo=memo, body=kopf.Body(cast(Any, node))))
     cache.mark_synced()
 
     # Kopf's copies, which wait at its start gate: no other manager's field sets, no images.
     assert workload["metadata"]["managedFields"] == [OURS]
-    assert "managedFields" not in service["metadata"] and "images" not in node["status"]
+    assert "images" not in node["status"]
     # What the handlers after the gate read is still there.
-    assert service["metadata"]["ownerReferences"] and node["status"]["allocatable"]
+    assert node["status"]["allocatable"]
 
     # The cache holds what reconcile/diff.py and the status readers read.
     _, cached = cache.lookup(Kind.LEADER_WORKER_SET, "ml", "x")
     assert cached is not None and cached["metadata"]["managedFields"] == [OURS]
     assert cached["spec"] == workload["spec"] and cached["status"] == workload["status"]
-    _, cached_service = cache.lookup(Kind.VLLM_SERVICE, "ml", "x")
-    assert cached_service is not None and cached_service["status"]["conditions"] == [
-        {"type": "Ready", "status": "True"}
-    ]
 
 
 def test_a_shed_body_stored_again_by_the_event_handler_is_stored_as_the_full_one() -> None:

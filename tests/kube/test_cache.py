@@ -105,6 +105,11 @@ class ReadCounter:
     def evict_pod(self, namespace: str, pod: str) -> bool:
         return self.inner.evict_pod(namespace, pod)
 
+    def remove_service_finalizer(
+        self, namespace: str, name: str, finalizer: str, index: int
+    ) -> None:
+        self.inner.remove_service_finalizer(namespace, name, finalizer, index)
+
 
 def synced(*objs: tuple[Kind, Obj]) -> WatchCache:
     cache = WatchCache()

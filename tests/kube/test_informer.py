@@ -16,6 +16,7 @@ from vllm_operator.kube.informer import (
     Gone,
     KindWatch,
     owned_watches,
+    service_watches,
 )
 
 from .test_cache import deployment
@@ -226,6 +227,36 @@ class Response:
 
     def release_conn(self) -> None:
         self.released = True
+
+
+def test_the_service_watches_first_list_reports_every_service_and_later_lists_what_changed() -> (
+    None
+):
+    """A start reconciles every VLLMService once (its watch's first list hands each over, after
+    the gate's part is done), a re-list after 410 only what changed or vanished."""
+    cache = WatchCache(["ml"])
+    cache.mark_synced()
+    seen = Recorder()
+    (watch,) = service_watches(Source([]), cache, ["ml"], seen.on_event, seen.on_found)
+    assert (watch.kind, watch.namespace) == (Kind.VLLM_SERVICE, "ml")
+    a, b = (
+        {"kind": "VLLMService", "metadata": {"name": n, "namespace": "ml", "resourceVersion": rv}}
+        for n, rv in (("a", "5"), ("b", "6"))
+    )
+    source = Source([([a, b], "10"), Gone(), ([a], "20"), []])
+    watch.source = source
+    original = source._next
+
+    def next_or_stop() -> object:
+        if not source.steps:
+            watch.stop()
+            return []
+        return original()
+
+    source._next = next_or_stop  # type: ignore[method-assign]
+    watch.run()
+    assert cache.synced
+    assert seen.found == [("a", False), ("b", False), ("b", True)]
 
 
 def test_the_api_source_pages_decodes_and_streams_raw_json() -> None:

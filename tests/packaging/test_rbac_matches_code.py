@@ -66,6 +66,8 @@ METHODS: dict[str, set[Grant]] = {
     },
     "list_cluster_custom_object": {("serving.vllm-operator.dev", "vllmservices", "list")},
     "patch_namespaced_custom_object": {
+        # the finalizer older versions added to VLLMServices (reconcile/legacy.py, #32)
+        ("serving.vllm-operator.dev", "vllmservices", "patch"),
         ("leaderworkerset.x-k8s.io", "leaderworkersets", "patch"),
         ("leaderworkerset.x-k8s.io", "leaderworkersets", "create"),
     },
@@ -142,16 +144,14 @@ ESCALATION: set[Grant] = {
 }
 
 # What Kopf itself calls (handlers/registrations.py): it lists and watches every resource with a
-# handler (the watch caches' index handlers: VLLMServices, LeaderWorkerSets, nodes and the DRA
-# kinds), patches a VLLMService only to remove the finalizer older versions added
-# (with index and event handlers only, Kopf persists no diff-base or progress: #32), and
-# lists/watches CRDs for resource discovery. The list/watch grants of Deployments, Services, PDBs
-# and pods are kube/informer.py's own watches (#32; a watch is a list call with watch=True, so
-# the method table above cannot tell it from a list).
+# handler (the watch caches' index handlers: LeaderWorkerSets, nodes and the DRA kinds; with
+# index and event handlers only, Kopf persists no diff-base or progress: #32), and lists/watches
+# CRDs for resource discovery. The list/watch grants of VLLMServices, Deployments, Services,
+# PDBs and pods are kube/informer.py's own watches (#32; a watch is a list call with
+# watch=True, so the method table above cannot tell it from a list).
 KOPF: set[Grant] = {
     ("serving.vllm-operator.dev", "vllmservices", "list"),
     ("serving.vllm-operator.dev", "vllmservices", "watch"),
-    ("serving.vllm-operator.dev", "vllmservices", "patch"),
     ("apps", "deployments", "list"),
     ("apps", "deployments", "watch"),
     ("leaderworkerset.x-k8s.io", "leaderworkersets", "list"),

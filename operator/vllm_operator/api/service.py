@@ -17,6 +17,9 @@ KIND = "VLLMService"
 PLURAL = "vllmservices"
 SINGULAR = "vllmservice"
 SHORT_NAMES = ("vllms",)
+LEGACY_FINALIZER = f"{GROUP}/kopf-finalizer"
+"""The finalizer operator versions with a Kopf timer added to every VLLMService; none is added
+now, and the reconcile removes this one (so such a service deletes without the operator)."""
 CATEGORIES = ("vllm-operator", "ai")
 FIELD_MANAGER = "vllm-operator"
 ANNOTATION_PREFIX = GROUP

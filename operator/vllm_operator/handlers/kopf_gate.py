@@ -17,6 +17,13 @@ a caller cancelled by Kopf does not cancel the others' wait). The condition then
 per change instead of every listed object, and every caller still returns only once the set was
 seen in the wanted state under its lock, exactly as before. A Kopf without this class or method
 is left alone (logged); the behaviour is then Kopf's, only slower.
+
+`notify_when_indexed` tells the watch cache when that gate opens (#32): the workers' sync gate
+needs Kopf's kinds (nodes, LeaderWorkerSets, the DRA kinds) listed into the cache, and a resource
+handler running only proves it when some object of those kinds exists. Kopf drops a kind's toggle
+when its initial list is over, even an empty one (kopf/_core/reactor/queueing.py, `Bookmark.LISTED`),
+and each object's toggle after its index handlers ran (processing.py), so the set turning on
+after a drop is the gate itself, objects or none.
 """
 
 from __future__ import annotations
@@ -70,4 +77,28 @@ def install() -> bool:
     return True
 
 
-__all__ = ["install", "shared_wait_for"]
+def notify_when_indexed(callback: Callable[[], object]) -> bool:
+    """Call `callback` (on Kopf's event loop) after each toggle drop that leaves an all-of set on
+    (Kopf's only such set is the operator's "indexed" one, orchestration.py); True when hooked.
+    The callback must be idempotent and quick: drops of the start's per-object toggles call it
+    until Kopf stops making them."""
+    try:
+        from kopf._cogs.aiokits.aiotoggles import ToggleSet
+    except ImportError:
+        log.warning("Left Kopf's start gate unobserved reason=no ToggleSet in this Kopf")
+        return False
+    original = getattr(ToggleSet, "drop_toggle", None)
+    if original is None or not asyncio.iscoroutinefunction(original):
+        log.warning("Left Kopf's start gate unobserved reason=no ToggleSet.drop_toggle")
+        return False
+
+    async def drop_toggle(self: Any, toggle: Any) -> None:
+        await original(self, toggle)
+        if getattr(self, "_fn", None) is all and self.is_on():
+            callback()
+
+    setattr(ToggleSet, "drop_toggle", drop_toggle)  # noqa: B010 (a method, on purpose)
+    return True
+
+
+__all__ = ["install", "notify_when_indexed", "shared_wait_for"]

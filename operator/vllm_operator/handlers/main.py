@@ -15,7 +15,12 @@ from vllm_operator.handlers import kopf_gate, kopf_json, registrations
 from vllm_operator.hub.resolver import HubArchitectureResolver, NoTokenSecrets, SecretReader
 from vllm_operator.kube.cache import CachedGateway, WatchCache
 from vllm_operator.kube.client import ApiGateway, connection_info, in_cluster, load_config
-from vllm_operator.kube.informer import INFORMED_KINDS, ApiKindSource, owned_watches
+from vllm_operator.kube.informer import (
+    INFORMED_KINDS,
+    ApiKindSource,
+    owned_watches,
+    service_watches,
+)
 from vllm_operator.kube.inventory import ApiBoundPods, OutsidePodWatch
 from vllm_operator.kube.relist import RELIST_SECONDS, PeriodicRelist, backstop_ttl
 from vllm_operator.kube.webhook_tls import WebhookCertificates
@@ -27,6 +32,7 @@ from vllm_operator.metrics.signals import (
     PrometheusSignals,
 )
 from vllm_operator.reconcile.controller import Controller
+from vllm_operator.reconcile.triggers import ServiceChanges
 from vllm_operator.reconcile.writes import CountingGateway
 
 log = logging.getLogger(__name__)
@@ -207,19 +213,24 @@ def run_operator(
         gpu_allocation=GpuAllocation(gpu_allocation),
         canary_default=canary,
     )
-    # The owned kinds (Deployments, Services, PDBs, pods) are listed and watched here, not by
-    # Kopf (kube/informer.py, #32), on a client of their own: each open watch holds a connection
-    # of its pool for minutes, which the reconciles' requests must not wait for.
-    on_event, on_found = registrations.owned_watch_callbacks(controller)
-    watches = owned_watches(
-        ApiKindSource(
-            load_config(kubeconfig, pool_size=len(INFORMED_KINDS) * max(1, len(namespaces)) + 2)
-        ),
-        cache,
-        namespaces,
-        on_event,
-        on_found,
+    # Kopf's kinds (nodes, LeaderWorkerSets, DRA) are in the cache once Kopf's index gate opens,
+    # objects or none (handlers/kopf_gate.py).
+    kopf_gate.notify_when_indexed(cache.mark_synced)
+    # The VLLMServices and the owned kinds (Deployments, Services, PDBs, pods) are listed and
+    # watched here, not by Kopf (kube/informer.py, #32), on a client of their own: each open
+    # watch holds a connection of its pool for minutes, which the reconciles' requests must not
+    # wait for.
+    service_changes = ServiceChanges()
+    source = ApiKindSource(
+        load_config(kubeconfig, pool_size=(len(INFORMED_KINDS) + 1) * max(1, len(namespaces)) + 2)
     )
+    on_service_event, on_service_found = registrations.service_watch_callbacks(
+        controller, service_changes
+    )
+    on_event, on_found = registrations.owned_watch_callbacks(controller)
+    watches = service_watches(
+        source, cache, namespaces, on_service_event, on_service_found
+    ) + owned_watches(source, cache, namespaces, on_event, on_found)
     for watch in watches:
         watch.start()
     memo = registrations.operator_memo(
@@ -229,6 +240,7 @@ def run_operator(
         cache=cache,
         webhook_server=server,
         relist=relist,
+        service_changes=service_changes,
     )
     start_http_server(metrics_port, registry=REGISTRY)
     log.info("Started metrics endpoint port=%s", metrics_port)

@@ -1,7 +1,10 @@
 """Kopf registrations: the only module importing kopf.
 
 Handlers register and delegate to `reconcile.Controller`; they hold no logic and return nothing
-(Kopf would otherwise store return values in status). Resource handlers only map an event to
+(Kopf would otherwise store return values in status). Kopf watches the nodes, LeaderWorkerSets and
+DRA kinds and serves the admission webhook; the VLLMServices and the owned kinds are watched by
+kube/informer.py, whose callbacks are here too (`service_watch_callbacks`,
+`owned_watch_callbacks`). Resource handlers only map an event to
 service keys (`reconcile/triggers.py`) and add them to the controller's work queue (#32): they
 never reconcile on Kopf's threads and never raise, so Kopf does not retry anything of ours (the
 queue's backoff is the only retry). Every resource handler is an index or event handler: Kopf
@@ -19,8 +22,9 @@ from typing import Any
 
 import kopf
 
-from vllm_operator.api.service import GROUP, PLURAL, VERSION
+from vllm_operator.api.service import GROUP, LEGACY_FINALIZER, PLURAL, VERSION
 from vllm_operator.handlers.kopf_essence import NoDiffBaseStorage
+from vllm_operator.kube.bodies import VLLMServiceBody
 from vllm_operator.kube.cache import WatchCache
 from vllm_operator.kube.gateway import LWS_GROUP, LWS_PLURAL, LWS_VERSION, Kind, Obj
 from vllm_operator.kube.relist import PeriodicRelist
@@ -57,11 +61,13 @@ def operator_memo(
     webhook_server: kopf.WebhookServer | None = None,
     cache: WatchCache | None = None,
     relist: PeriodicRelist | None = None,
+    service_changes: ServiceChanges | None = None,
 ) -> kopf.Memo:
     """What every handler receives as `memo` (passed to `kopf.run(memo=...)`).
 
     Kopf hands each handler a shallow copy, so the controller and the VLLMService event filter
-    (`service_changes`) are shared; no module-level state. Admission reviews run on two threads
+    (`service_changes`, shared with the VLLMService watches: `service_watch_callbacks`) are
+    shared; no module-level state. Admission reviews run on two threads
     of their own, so they never queue behind reconciles in Kopf's handler pool.
     """
     return kopf.Memo(
@@ -73,7 +79,7 @@ def operator_memo(
         admission_pool=concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="webhook"),
         cache=cache,
         relist=relist,
-        service_changes=ServiceChanges(),
+        service_changes=service_changes if service_changes is not None else ServiceChanges(),
     )
 
 
@@ -124,9 +130,42 @@ def owned_watch_callbacks(
     return on_event, on_found
 
 
+def service_watch_callbacks(
+    controller: Controller, changes: ServiceChanges
+) -> tuple[Callable[[Kind, str, Obj], None], Callable[[Kind, Obj, bool], None]]:
+    """What kube/informer.py's VLLMService watches call (#32): an event enqueues its service when
+    it was created, deleted, or changed in what a reconcile reads of it (`ServiceChanges`); the
+    operator's own status writes change none of that and enqueue nothing. A listed service (the
+    first list, where every service is new to the filter, or a re-list after 410 Gone) enqueues
+    the same way; one a complete list no longer returned (deleted while no watch was open) is
+    forgotten and enqueued. The reconcile is level-based (it compares the generation and what its
+    status recorded), so no diff is kept.
+
+    A deleted service is enqueued: its worker finds it gone and forgets it (only the worker
+    holding a key touches that service's state). No finalizer: deleting a VLLMService never
+    waits for the operator (children go by owner references); the one older versions added is
+    removed by the reconcile (`Controller`)."""
+
+    def on_event(_kind: Kind, event_type: str, obj: Obj) -> None:
+        if changes.wants(event_type, obj):
+            controller.enqueue(VLLMServiceBody(obj).key)
+
+    def on_found(_kind: Kind, obj: Obj, gone: bool) -> None:
+        key = VLLMServiceBody(obj).key
+        if gone:
+            changes.forget(key)
+            controller.enqueue(key)
+        elif changes.wants(None, obj):
+            controller.enqueue(key)
+
+    return on_event, on_found
+
+
 # -- watch caches (#21): index handlers feed the cache, before any other handler runs ------------
-# Deployments, Services, PDBs and pods are not Kopf's (#32): kube/informer.py lists and watches
-# them straight into the cache (Kopf's per-object pipeline cost ~3 ms of the GIL per object).
+# VLLMServices, Deployments, Services, PDBs and pods are not Kopf's (#32): kube/informer.py lists
+# and watches them straight into the cache (Kopf's per-object pipeline cost ~3 ms of the GIL per
+# object). The workers' gate also waits for Kopf's index gate: handlers/kopf_gate.py
+# `notify_when_indexed` (main.py) and, as before, the first resource handler (`_enqueue`).
 # Index handlers run for the initial listing and every change (not for deletions: the event
 # handlers below forward those). They return None, so Kopf's own indices stay empty; what they
 # buy is Kopf's gate. No label filter here: the cache stores only managed-by objects and
@@ -226,11 +265,6 @@ async def stop_list_sweeper(memo: kopf.Memo, **_: Any) -> None:
         task.cancel()
 
 
-@kopf.index(GROUP, VERSION, PLURAL)
-async def cache_service(memo: kopf.Memo, body: kopf.Body, **_: Any) -> None:
-    _observe(memo, Kind.VLLM_SERVICE, None, body)
-
-
 # LeaderWorkerSets (multi-node pools): a cluster without the LeaderWorkerSet CRD leaves this
 # resource unresolved, which Kopf only warns about; nothing waits for it.
 @kopf.index(LWS_GROUP, LWS_VERSION, LWS_PLURAL)
@@ -298,10 +332,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # daemons and timers) and patches an object only to drop a finalizer it no longer needs.
     # The diff-base is not even built (handlers/kopf_essence.py). The progress storage stays
     # Kopf's annotations one under our prefix, unused. The finalizer name is the one older
-    # versions added (they had a timer): Kopf removes it when it sees an object carrying it.
+    # versions added to VLLMServices, which Kopf no longer watches (the reconcile removes it);
+    # Kopf's kinds never carried it, so Kopf has nothing to remove.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = NoDiffBaseStorage()
-    settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
+    settings.persistence.finalizer = LEGACY_FINALIZER
     settings.posting.enabled = False
     settings.execution.max_workers = 16
     settings.watching.server_timeout = 300
@@ -328,36 +363,6 @@ def start_workers(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.cleanup()
 def stop_workers(memo: kopf.Memo, **_: Any) -> None:
     _controller(memo).stop()
-
-
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def on_service_event(
-    memo: kopf.Memo,
-    type: str | None,
-    namespace: str | None,
-    name: str | None,
-    body: kopf.Body,
-    **_: Any,
-) -> None:
-    """The VLLMService's only resource handler besides the cache's index (#32): it enqueues the
-    service when it was listed for the first time (a start or restart reconciles every service
-    once: Kopf hands each object of its initial list over as an event of type None,
-    kopf/_cogs/clients/watching.py `continuous_watch`), created, deleted, or changed in what a
-    reconcile reads of it (`ServiceChanges`). The operator's own status writes change none of that
-    and enqueue nothing. The reconcile is level-based (it compares the generation and what its
-    status recorded), so no diff is needed: no Kopf create/update/resume handler, hence no
-    diff-base PATCH per create and update.
-
-    A deleted service is dropped from the cache and enqueued: its worker finds it gone and
-    forgets it (only the worker holding a key touches that service's state). Watching, not a
-    deletion handler: no finalizer is needed, so deleting a VLLMService never waits for the
-    operator (children go by owner references).
-
-    Async: in memory only; a sync handler would send every event of every service through
-    Kopf's handler threads (#21: the creation burst's memory and latency)."""
-    _watched(memo, Kind.VLLM_SERVICE, type, body)
-    if _service_changes(memo).wants(type, dict(body)):
-        _enqueue(memo, [(namespace or "default", name or "")])
 
 
 @kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels={LABEL_MANAGED_BY: MANAGED_BY})

@@ -62,6 +62,10 @@ class Meta:
         return bool(self.raw.get("deletionTimestamp"))
 
     @property
+    def finalizers(self) -> list[str]:
+        return [str(f) for f in self.raw.get("finalizers") or []]
+
+    @property
     def owner_references(self) -> list[Mapping[str, Any]]:
         return [r for r in self.raw.get("ownerReferences") or [] if isinstance(r, Mapping)]
 

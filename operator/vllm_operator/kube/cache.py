@@ -971,5 +971,10 @@ class CachedGateway:
     def evict_pod(self, namespace: str, pod: str) -> bool:
         return self.inner.evict_pod(namespace, pod)
 
+    def remove_service_finalizer(
+        self, namespace: str, name: str, finalizer: str, index: int
+    ) -> None:
+        self.inner.remove_service_finalizer(namespace, name, finalizer, index)
+
 
 __all__ = ["CACHED_KINDS", "CachedGateway", "WatchCache"]

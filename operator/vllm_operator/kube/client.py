@@ -486,6 +486,29 @@ class ApiGateway:
         decoded = self._raw(written)
         return decoded if isinstance(decoded, dict) else None
 
+    def remove_service_finalizer(
+        self, namespace: str, name: str, finalizer: str, index: int
+    ) -> None:
+        path = f"/metadata/finalizers/{index}"
+        patch = [{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]
+        try:
+            self.custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                patch,
+                _content_type="application/json-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            error = _wrap(exc, f"remove finalizer {finalizer} of {namespace}/{name}")
+            if exc.status == 422:  # the test op failed: the list changed since it was read
+                raise ConflictError(str(error), 422) from exc
+            raise error from exc
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         try:
             secret = self.core.read_namespaced_secret(name, namespace)

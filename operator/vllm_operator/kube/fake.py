@@ -581,6 +581,35 @@ class FakeGateway:
         self.writes["status"] += 1
         return copy.deepcopy(self.objects[key])
 
+    def remove_service_finalizer(
+        self, namespace: str, name: str, finalizer: str, index: int
+    ) -> None:
+        """As the API server's JSON patch (test, remove): a failed test is a 422, which the real
+        gateway reports as a ConflictError; the last finalizer of a deleting object removed, the
+        object goes."""
+        self._maybe_fail()
+        key = (Kind.VLLM_SERVICE, namespace, name)
+        obj = self.objects.get(key)
+        if obj is None:
+            return
+        meta = obj.setdefault("metadata", {})
+        finalizers = list(meta.get("finalizers") or [])
+        if index >= len(finalizers) or finalizers[index] != finalizer:
+            raise ConflictError(
+                f"remove finalizer {finalizer} of {namespace}/{name} failed: 422 test failed", 422
+            )
+        old = copy.deepcopy(obj)
+        del finalizers[index]
+        if finalizers:
+            meta["finalizers"] = finalizers
+        else:
+            meta.pop("finalizers", None)
+        self.writes["finalizer"] += 1
+        if meta.get("deletionTimestamp") and not finalizers:
+            self.objects.pop(key)
+            return
+        self._bump(obj, old)
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         return self.secrets.get((namespace, name), {}).get(key)
 

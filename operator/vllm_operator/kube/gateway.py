@@ -217,6 +217,14 @@ class KubeGateway(Protocol):
         it, so the next read sees this status before the watch event arrives)."""
         ...
 
+    def remove_service_finalizer(
+        self, namespace: str, name: str, finalizer: str, index: int
+    ) -> None:
+        """Remove `finalizer`, found at `index` of the VLLMService's finalizers as last read, with
+        a JSON patch that tests it is still there (ConflictError when the list moved meanwhile;
+        a missing service is fine)."""
+        ...
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         """A decoded Secret value, or None when the Secret or key is missing."""
         ...

@@ -7,8 +7,11 @@ object on this project's benchmark machine. A restart of an operator with 1000 s
 spent most of its 31.6 CPU-seconds there (docs/controller-benchmark.md, "Where the restart's CPU
 goes now"), against the < 10 CPU-s target. The cache needs none of Kopf's machinery for those
 kinds: no handler progress, no diff, no per-object serialisation. So they are watched here,
-the way client-go's reflector does it, and Kopf keeps the VLLMService (its admission webhook
-and the event filter), nodes, LeaderWorkerSets and the DRA kinds.
+the way client-go's reflector does it. The VLLMServices too (`service_watches`): ~3 events per
+service in a creation burst (its creation, the operator's status writes) each cost Kopf's pipeline
+while the event filter (reconcile/triggers.py `ServiceChanges`) discards most of them. Kopf keeps
+the nodes, LeaderWorkerSets and the DRA kinds (and serves the admission webhook, which needs no
+watch).
 
 What a watch does (one thread per kind and watched namespace, or per kind cluster-wide):
 
@@ -16,8 +19,8 @@ What a watch does (one thread per kind and watched namespace, or per kind cluste
   wins) and judge what the list did not return (`WatchCache.end_relist`: no longer believed,
   read again from the API server). A complete list is the full truth, so an object deleted while
   no watch was open is noticed here, not after a quiet-window guess. The first list of a watch
-  judges nothing (the cache is not synced yet) and reports nothing: the VLLMServices' own
-  listing enqueues every service. A later list (after 410 Gone) hands what it found changed or
+  judges nothing (the cache is not synced yet) and reports nothing of the owned kinds; the
+  VLLMServices' first list hands every service to `on_found` (a start reconciles each once). A later list (after 410 Gone) hands what it found changed or
   gone to `on_found`, so that the services owning it reconcile.
 - Watch from the list's resourceVersion, with bookmarks: each ADDED, MODIFIED or DELETED event is
   stored (`WatchCache.observe`) and handed to `on_event`. The server ends a watch every
@@ -170,6 +173,8 @@ class KindWatch:
         on_event: EventCallback,
         on_found: FoundCallback,
         wait: Callable[[float], bool] | None = None,
+        *,
+        report_first_list: bool = False,
     ) -> None:
         self.source = source
         self.cache = cache
@@ -182,6 +187,9 @@ class KindWatch:
         self._wait = wait or self._stop.wait
         self._thread: threading.Thread | None = None
         self._first = True
+        # The first list hands every object to `on_found` too (the VLLMServices: a start
+        # reconciles every service once); otherwise it reports nothing.
+        self._report_first = report_first_list
         cache.expect_listing(kind, namespace)
 
     @property
@@ -247,6 +255,7 @@ class KindWatch:
         started = self.cache.now()
         listed: set[tuple[str, str]] = set()
         changed: list[Obj] = []
+        everything: list[Obj] = []
         token: str | None = None
         version = ""
         while True:
@@ -255,6 +264,8 @@ class KindWatch:
                 meta = obj.get("metadata") or {}
                 listed.add((str(meta.get("namespace") or ""), str(meta.get("name") or "")))
             changed += self.cache.relisted(self.kind, items)
+            if self._first and self._report_first:
+                everything += items
             if token is None:
                 break
         gone = self.cache.end_relist(self.kind, self.namespace, listed, started)
@@ -262,6 +273,8 @@ class KindWatch:
             self._first = False
             log.info("Listed kind=%s namespace=%s objects=%d", self.kind, self.scope, len(listed))
             self.cache.listed_first(self.kind, self.namespace)
+            for obj in everything:
+                self.on_found(self.kind, obj, False)
             return version
         for obj in changed:
             self.on_found(self.kind, obj, False)
@@ -319,4 +332,29 @@ def owned_watches(
     ]
 
 
-__all__ = ["INFORMED_KINDS", "ApiKindSource", "KindWatch", "owned_watches", "stream_events"]
+def service_watches(
+    source: KindSource,
+    cache: WatchCache,
+    namespaces: Iterable[str],
+    on_event: EventCallback,
+    on_found: FoundCallback,
+) -> list[KindWatch]:
+    """One VLLMService watch per watched namespace (one when every namespace is watched), not
+    started; the first list of each reports every service."""
+    scopes: list[str | None] = list(sorted(set(namespaces))) or [None]
+    return [
+        KindWatch(
+            source, cache, Kind.VLLM_SERVICE, namespace, on_event, on_found, report_first_list=True
+        )
+        for namespace in scopes
+    ]
+
+
+__all__ = [
+    "INFORMED_KINDS",
+    "ApiKindSource",
+    "KindWatch",
+    "owned_watches",
+    "service_watches",
+    "stream_events",
+]

@@ -32,7 +32,8 @@ RECONCILE_ERRORS = Counter(
 )
 API_WRITES = Counter(
     "vllm_operator_api_writes",
-    "Write calls to the Kubernetes API by kind (apply, delete, status, event, pod, eviction).",
+    "Write calls to the Kubernetes API by kind (apply, delete, status, event, pod, eviction, "
+    "finalizer).",
     ["kind"],
     registry=REGISTRY,
 )

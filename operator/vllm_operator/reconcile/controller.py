@@ -57,6 +57,7 @@ from vllm_operator.reconcile.evaluation_batches import EvaluationBatches
 from vllm_operator.reconcile.failure_reports import FailureReports
 from vllm_operator.reconcile.failures import RetryableError, backoff_delay
 from vllm_operator.reconcile.group_readiness import count_ready_groups
+from vllm_operator.reconcile.legacy import drop_legacy_finalizer
 from vllm_operator.reconcile.node_view import NodeView
 from vllm_operator.reconcile.observed import fleet_members, fleet_observations
 from vllm_operator.reconcile.outcome import Outcome
@@ -259,6 +260,8 @@ class Controller:
             for attempt in range(3):
                 try:
                     body = self.gw.get(Kind.VLLM_SERVICE, namespace, name)
+                    if body is not None:
+                        drop_legacy_finalizer(self.gw, body)
                     if body is None or VLLMServiceBody(body).gone:
                         self.forget(namespace, name)
                         return Outcome()

@@ -1,7 +1,7 @@
 """Which services a watch event concerns: event -> keys for the work queue (#32).
 
-The Kopf handlers only translate an event into `(namespace, name)` keys with these functions and
-add them to the controller's queue; whether and when a key is reconciled is the queue's and the
+The watch handlers (Kopf's, and the callbacks of kube/informer.py's watches) only translate an
+event into `(namespace, name)` keys with these functions and add them to the controller's queue; whether and when a key is reconciled is the queue's and the
 controller's business. Mapping rules:
 
 - a VLLMService event: the service itself, when something a reconcile reads of it other than its
@@ -16,7 +16,8 @@ controller's business. Mapping rules:
   the status reads changed (heartbeats change nothing and map to no key).
 
 Threading rule: `services_affected_by_node` is called from Kopf's event loop only (the node
-handler is async), so the node fingerprints have one writer; the GPU-type index is written by
+handler is async), so the node fingerprints have one writer; `ServiceChanges` takes its own lock
+(the VLLMService watches' threads and the periodic list write it); the GPU-type index is written by
 queue workers (`index`) and read here, both under `_guard`, and read from a snapshot.
 """
 
@@ -138,26 +139,30 @@ class ServiceChanges:
     while the watch was down, not every service.
 
     Memory: one fingerprint per existing service, dropped on DELETED and when a complete list no
-    longer returns the service (`forget`). One writer: Kopf's event loop (the handler is async,
-    the list sweeps run on the loop).
+    longer returns the service (`forget`). Writers: the VLLMService watches (kube/informer.py, one
+    thread per watched namespace, so each key has one) and the periodic list on Kopf's event loop
+    (`forget`); the lock makes each read-and-replace one step.
     """
 
     def __init__(self) -> None:
         self._seen: dict[Key, tuple[Any, ...]] = {}
+        self._guard = threading.Lock()
 
     def wants(self, event_type: str | None, service: Obj) -> bool:
         """Whether this event (type None: a listing) needs a reconcile of its service."""
         key = VLLMServiceBody(service).key
         if event_type == "DELETED":
-            self._seen.pop(key, None)
+            self.forget(key)
             return True
         fingerprint = service_fingerprint(service)
-        previous = self._seen.get(key)
-        self._seen[key] = fingerprint
+        with self._guard:
+            previous = self._seen.get(key)
+            self._seen[key] = fingerprint
         return event_type == "ADDED" or previous != fingerprint
 
     def forget(self, key: Key) -> None:
-        self._seen.pop(key, None)
+        with self._guard:
+            self._seen.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._seen)

@@ -139,6 +139,12 @@ class CountingGateway:
         self.inner.patch_pod_metadata(namespace, pod, labels, annotations)
         self._wrote("pod")
 
+    def remove_service_finalizer(
+        self, namespace: str, name: str, finalizer: str, index: int
+    ) -> None:
+        self.inner.remove_service_finalizer(namespace, name, finalizer, index)
+        self._wrote("finalizer")
+
     def evict_pod(self, namespace: str, pod: str) -> bool:
         evicted = self.inner.evict_pod(namespace, pod)
         if evicted:
