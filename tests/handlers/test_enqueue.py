@@ -104,6 +104,7 @@ def test_a_deleted_service_leaves_the_cache_and_is_enqueued_for_its_worker_to_fo
     """The VLLMService watch (kube/informer.py) with the handlers' callbacks: its first list
     enqueues every service, a DELETED event drops the service from the cache and the event
     filter and enqueues it, and a re-list that no longer returns a service does the same."""
+    from tests.kube.scripted import run_until_used_up
     from tests.kube.test_informer import Source
     from vllm_operator.kube.informer import Gone, KindWatch
 
@@ -115,17 +116,8 @@ def test_a_deleted_service_leaves_the_cache_and_is_enqueued_for_its_worker_to_fo
     watch = KindWatch(
         source, cache, Kind.VLLM_SERVICE, None, on_event, on_found, report_first_list=True
     )
-    original = source._next
-
-    def next_or_stop() -> object:
-        if not source.steps:
-            watch.stop()
-            return []
-        return original()
-
-    source._next = next_or_stop  # type: ignore[method-assign]
     cache.mark_synced()
-    watch.run()
+    run_until_used_up(source, watch)
     assert ctl.queue.ready() == [("ml", "chat"), ("ml", "web")]
     assert cache.lookup(Kind.VLLM_SERVICE, "ml", "chat") == (True, None)
     assert cache.lookup(Kind.VLLM_SERVICE, "ml", "web") == (False, None)  # read again now

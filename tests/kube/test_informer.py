@@ -19,6 +19,7 @@ from vllm_operator.kube.informer import (
     service_watches,
 )
 
+from .scripted import run_until_used_up
 from .test_cache import deployment
 
 
@@ -78,16 +79,7 @@ def run(source: Source, cache: WatchCache, waits: list[float], seen: Recorder) -
         return not source.steps
 
     watch = KindWatch(source, cache, Kind.DEPLOYMENT, None, seen.on_event, seen.on_found, wait=wait)
-    original = source._next
-
-    def next_or_stop() -> object:
-        if not source.steps:
-            watch.stop()
-            return []
-        return original()
-
-    source._next = next_or_stop  # type: ignore[method-assign]
-    watch.run()
+    run_until_used_up(source, watch)
     return watch
 
 
@@ -245,16 +237,7 @@ def test_the_service_watches_first_list_reports_every_service_and_later_lists_wh
     )
     source = Source([([a, b], "10"), Gone(), ([a], "20"), []])
     watch.source = source
-    original = source._next
-
-    def next_or_stop() -> object:
-        if not source.steps:
-            watch.stop()
-            return []
-        return original()
-
-    source._next = next_or_stop  # type: ignore[method-assign]
-    watch.run()
+    run_until_used_up(source, watch)
     assert cache.synced
     assert seen.found == [("a", False), ("b", False), ("b", True)]
 

@@ -8,6 +8,7 @@ from vllm_operator.kube.cache import OUTSIDE_DENIED, OUTSIDE_LISTED, WatchCache
 from vllm_operator.kube.gateway import GatewayError, Kind, Obj
 from vllm_operator.kube.inventory import Gone, OutsidePodWatch, outside_selector
 
+from .scripted import run_until_used_up
 from .test_cache import gpu_pod
 
 
@@ -50,16 +51,7 @@ def run(source: Source, cache: WatchCache, waits: list[float]) -> None:
         return not source.steps
 
     watch = OutsidePodWatch(source, cache, ["team-b", "team-a"], wait=wait)
-    original = source._next
-
-    def next_or_stop() -> object:
-        if not source.steps:
-            watch.stop()
-            return []
-        return original()
-
-    source._next = next_or_stop  # type: ignore[method-assign]
-    watch.run()
+    run_until_used_up(source, watch)
 
 
 def synced_cache() -> WatchCache:

@@ -60,20 +60,30 @@ def shared_wait_for(original: WaitFor) -> WaitFor:
     return wait_for
 
 
-def install() -> bool:
-    """Share the waits of Kopf's toggle sets; True when installed (or already)."""
+def _toggle_set_method(name: str) -> tuple[Any, Any] | None:
+    """(Kopf's ToggleSet class, its coroutine method `name`), or None (logged) when this Kopf
+    has no such class or method: the gate is then left as Kopf has it."""
     try:
         from kopf._cogs.aiokits.aiotoggles import ToggleSet
     except ImportError:
         log.warning("Left Kopf's start gate as it is reason=no ToggleSet in this Kopf")
-        return False
-    original = getattr(ToggleSet, "wait_for", None)
+        return None
+    original = getattr(ToggleSet, name, None)
     if original is None or not asyncio.iscoroutinefunction(original):
-        log.warning("Left Kopf's start gate as it is reason=no ToggleSet.wait_for in this Kopf")
+        log.warning("Left Kopf's start gate as it is reason=no ToggleSet.%s in this Kopf", name)
+        return None
+    return ToggleSet, original
+
+
+def install() -> bool:
+    """Share the waits of Kopf's toggle sets; True when installed (or already)."""
+    found = _toggle_set_method("wait_for")
+    if found is None:
         return False
+    toggle_set, original = found
     if getattr(original, _MARK, False):
         return True
-    setattr(ToggleSet, "wait_for", shared_wait_for(original))  # noqa: B010 (a method, on purpose)
+    setattr(toggle_set, "wait_for", shared_wait_for(original))  # noqa: B010 (a method, on purpose)
     return True
 
 
@@ -81,23 +91,19 @@ def notify_when_indexed(callback: Callable[[], object]) -> bool:
     """Call `callback` (on Kopf's event loop) after each toggle drop that leaves an all-of set on
     (Kopf's only such set is the operator's "indexed" one, orchestration.py); True when hooked.
     The callback must be idempotent and quick: drops of the start's per-object toggles call it
-    until Kopf stops making them."""
-    try:
-        from kopf._cogs.aiokits.aiotoggles import ToggleSet
-    except ImportError:
-        log.warning("Left Kopf's start gate unobserved reason=no ToggleSet in this Kopf")
+    until Kopf stops making them. Unhooked, the first resource handler still opens the gate
+    (handlers/registrations.py `_enqueue`)."""
+    found = _toggle_set_method("drop_toggle")
+    if found is None:
         return False
-    original = getattr(ToggleSet, "drop_toggle", None)
-    if original is None or not asyncio.iscoroutinefunction(original):
-        log.warning("Left Kopf's start gate unobserved reason=no ToggleSet.drop_toggle")
-        return False
+    toggle_set, original = found
 
     async def drop_toggle(self: Any, toggle: Any) -> None:
         await original(self, toggle)
         if getattr(self, "_fn", None) is all and self.is_on():
             callback()
 
-    setattr(ToggleSet, "drop_toggle", drop_toggle)  # noqa: B010 (a method, on purpose)
+    setattr(toggle_set, "drop_toggle", drop_toggle)  # noqa: B010 (a method, on purpose)
     return True
 
 

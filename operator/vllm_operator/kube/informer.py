@@ -315,6 +315,11 @@ class _Broken(Exception):
         self.version = version
 
 
+def _scopes(namespaces: Iterable[str]) -> list[str | None]:
+    """The watched namespaces in order, or [None]: every namespace, one cluster-wide watch."""
+    return list(sorted(set(namespaces))) or [None]
+
+
 def owned_watches(
     source: KindSource,
     cache: WatchCache,
@@ -324,11 +329,10 @@ def owned_watches(
 ) -> list[KindWatch]:
     """One watch per informed kind and watched namespace (one per kind when every namespace is
     watched), not started."""
-    scopes: list[str | None] = list(sorted(set(namespaces))) or [None]
     return [
         KindWatch(source, cache, kind, namespace, on_event, on_found)
         for kind in INFORMED_KINDS
-        for namespace in scopes
+        for namespace in _scopes(namespaces)
     ]
 
 
@@ -341,12 +345,11 @@ def service_watches(
 ) -> list[KindWatch]:
     """One VLLMService watch per watched namespace (one when every namespace is watched), not
     started; the first list of each reports every service."""
-    scopes: list[str | None] = list(sorted(set(namespaces))) or [None]
     return [
         KindWatch(
             source, cache, Kind.VLLM_SERVICE, namespace, on_event, on_found, report_first_list=True
         )
-        for namespace in scopes
+        for namespace in _scopes(namespaces)
     ]
 
 
