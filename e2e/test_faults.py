@@ -335,9 +335,11 @@ def test_finalizer_of_an_older_operator_is_removed(
     assert kube.get(svc_path(namespace, "held"))["metadata"].get("deletionTimestamp")
     with OperatorProcess(cluster.kubeconfig, tmp_path / "op.log", [namespace]):
         wait_for(
-            lambda: kube.get(svc_path(namespace, name))["metadata"].get("finalizers")
-            == ["example.com/keep"]
-            or None,
+            lambda: (
+                kube.get(svc_path(namespace, name))["metadata"].get("finalizers")
+                == ["example.com/keep"]
+                or None
+            ),
             timeout=60,
             what="the reconcile to remove the old finalizer, and only it",
         )
