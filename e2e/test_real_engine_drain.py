@@ -110,13 +110,18 @@ def rendered_pod(install: VllmCpu) -> RenderedPod:
     )
 
 
-def pre_stop_command(container: dict[str, Any], port: int) -> list[str]:
-    """The rendered preStop exec command, its engine URL on the rig's loopback port (the only
-    change: in the pod the engine listens on PORT)."""
+def pre_stop_command(container: dict[str, Any], port: int, python: Path) -> list[str]:
+    """The rendered preStop exec command, its engine URL on the rig's loopback port (in the pod
+    the engine listens on PORT) and its `python3` the rig's vLLM interpreter (in the pod it is the
+    vLLM image's). The two changes the rig needs: on this machine `python3` on PATH is pyenv's
+    shim, a shell script that forks a dozen processes before Python starts, and beside the CPU
+    engine that took 4-8 s per start and made the preStop last 11-35 s instead of its 5 s wait
+    (every request then ended inside it and the drain went unexercised: a CI failure)."""
     command = [str(c) for c in container["lifecycle"]["preStop"]["exec"]["command"]]
+    assert command[0] == "python3", command
     local = f"127.0.0.1:{PORT}/"
     assert sum(local in c for c in command) == 1, command
-    return [c.replace(local, f"127.0.0.1:{port}/") for c in command]
+    return [str(python), *(c.replace(local, f"127.0.0.1:{port}/") for c in command[1:])]
 
 
 @dataclass
@@ -203,7 +208,7 @@ def kubelet_stop(engine: RealEngine, endpoints: Endpoints, pod: RenderedPod) -> 
     start = time.monotonic()
     deadline = start + pod.grace_seconds
     endpoints.ready.clear()  # terminating: out of the Service's endpoints first
-    hook = pre_stop_command(pod.container, engine.port)
+    hook = pre_stop_command(pod.container, engine.port, engine.install.python)
     subprocess.run(hook, timeout=pod.grace_seconds, check=False)
     sigterm_at = time.monotonic()
     os.kill(engine.proc.pid, signal.SIGTERM)  # the container's main process
