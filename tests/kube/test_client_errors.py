@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vllm_operator.hub.resolver import HubArchitectureResolver
-from vllm_operator.kube.client import ApiGateway, _wrap, guard_transport
+from vllm_operator.kube.client import ApiGateway, api_error, guard_transport
 from vllm_operator.kube.gateway import GatewayError, Kind, UnavailableError
 from vllm_operator.metrics import operator_metrics as m
 from vllm_operator.reconcile.controller import Controller, RetryableError
@@ -159,7 +159,7 @@ def test_a_refusal_quotes_the_api_servers_cause() -> None:
         '{"kind":"Status","message":"Service \\"1abc\\" is invalid: metadata.name: Invalid '
         'value: \\"1abc\\":\\n a DNS-1035 label must start with a letter","code":422}'
     )
-    err = _wrap(exc, "apply Service default/1abc")
+    err = api_error(exc, "apply Service default/1abc")
     assert str(err) == (
         "apply Service default/1abc failed: 422 Unprocessable Entity: Service "
         '"1abc" is invalid: metadata.name: Invalid value: "1abc": a DNS-1035 label must start '
@@ -168,4 +168,4 @@ def test_a_refusal_quotes_the_api_servers_cause() -> None:
     assert err.status == 422 and type(err) is GatewayError
     plain = ApiException(status=403, reason="Forbidden")
     plain.body = "not json"
-    assert str(_wrap(plain, "list Pod in x")) == "list Pod in x failed: 403 Forbidden"
+    assert str(api_error(plain, "list Pod in x")) == "list Pod in x failed: 403 Forbidden"

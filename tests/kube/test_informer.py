@@ -7,6 +7,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+from kubernetes.client.exceptions import ApiException
+
 from vllm_operator.kube.cache import WatchCache
 from vllm_operator.kube.gateway import GatewayError, Kind, Obj
 from vllm_operator.kube.informer import (
@@ -273,3 +276,35 @@ def test_the_api_source_pages_decodes_and_streams_raw_json() -> None:
     events = list(source.watch(Kind.DEPLOYMENT, None, "10"))
     assert [e[0] for e in events] == ["ADDED", "BOOKMARK"] and watch_response.released
     assert asked[1]["resource_version"] == "10" and asked[1]["allow_watch_bookmarks"] is True
+
+
+def test_a_denied_list_names_what_the_service_account_lacks() -> None:
+    """A 403 carries the API server's "cannot list resource ..." text, which the log shows and
+    the chart test's RBAC check looks for (as for every other call's error)."""
+    denied = ApiException(status=403, reason="Forbidden")
+    denied.body = json.dumps(
+        {
+            "kind": "Status",
+            "message": 'deployments.apps is forbidden: User "system:serviceaccount:ops:op" '
+            'cannot list resource "deployments" in API group "apps" at the cluster scope',
+            "code": 403,
+        }
+    )
+
+    class Gateway:
+        def __init__(self, error: ApiException) -> None:
+            self.error = error
+
+        def list_raw(self, kind: Kind, namespace: str | None, **kwargs: Any) -> Any:
+            raise self.error
+
+    source = ApiKindSource.__new__(ApiKindSource)
+    source.gateway = Gateway(denied)  # type: ignore[assignment]
+    with pytest.raises(GatewayError) as caught:
+        source.list_page(Kind.DEPLOYMENT, None, None)
+    assert caught.value.status == 403
+    assert str(caught.value).startswith("list Deployment in all namespaces failed: 403 Forbidden: ")
+    assert 'cannot list resource "deployments" in API group "apps"' in str(caught.value)
+    source.gateway = Gateway(ApiException(status=410, reason="Gone"))  # type: ignore[assignment]
+    with pytest.raises(Gone):
+        source.list_page(Kind.DEPLOYMENT, None, None)

@@ -71,7 +71,7 @@ def guard_transport(
     The kubernetes client raises urllib3's own exceptions (MaxRetryError, ProtocolError,
     ReadTimeoutError) for a connection failure, but ApiException for an HTTP answer; one seam here
     means every gateway method's `except ApiException` also covers "API server down", which
-    `_wrap` then turns into a retryable `UnavailableError`: one log line, no traceback.
+    `api_error` then turns into a retryable `UnavailableError`: one log line, no traceback.
     """
     rest = api_client.rest_client
     if getattr(rest.request, "_vllm_operator_guarded", False):
@@ -163,7 +163,9 @@ def _status_message(body: Any) -> str:
     return " ".join(str(message).split())[:800] if message else ""
 
 
-def _wrap(exc: ApiException, what: str) -> GatewayError:
+def api_error(exc: ApiException, what: str) -> GatewayError:
+    """The gateway's error for a failed call `what`, with the API server's own words: a 409 is
+    a ConflictError, an unreachable server or a 429/5xx an UnavailableError (retried later)."""
     status = int(exc.status) if exc.status else None
     if status is None:
         first = str(exc.reason).splitlines()[0] if exc.reason else "no response"
@@ -214,7 +216,7 @@ class ApiGateway:
             items: list[Obj] = self._raw(self.core.list_node(_preload_content=False))["items"]
             return items
         except ApiException as exc:
-            raise _wrap(exc, "list nodes") from exc
+            raise api_error(exc, "list nodes") from exc
 
     def list_resource_slices(self) -> list[Obj]:
         try:
@@ -222,7 +224,7 @@ class ApiGateway:
         except ApiException as exc:
             if exc.status == 404:  # resource.k8s.io/v1 not served: no DRA inventory
                 return []
-            raise _wrap(exc, "list resourceslices") from exc
+            raise api_error(exc, "list resourceslices") from exc
         items: list[Obj] = self._raw(raw)["items"]
         return items
 
@@ -255,7 +257,7 @@ class ApiGateway:
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            raise _wrap(exc, f"get {kind} {namespace}/{name}") from exc
+            raise api_error(exc, f"get {kind} {namespace}/{name}") from exc
 
     def list_owned(self, kind: Kind, namespace: str, selector: dict[str, str]) -> list[Obj]:
         require_kind(kind, LISTED_KINDS, "list")
@@ -276,7 +278,7 @@ class ApiGateway:
         except ApiException as exc:
             if exc.status == 404 and kind is Kind.RESOURCE_CLAIM_TEMPLATE:
                 return []  # resource.k8s.io/v1 not served (no DRA): the service owns none
-            raise _wrap(exc, f"list {kind} in {namespace}") from exc
+            raise api_error(exc, f"list {kind} in {namespace}") from exc
         items: list[Obj] = self._raw(raw)["items"]
         return items
 
@@ -295,7 +297,7 @@ class ApiGateway:
                     group, version, namespace, "vllmservices", _preload_content=False
                 )
         except ApiException as exc:
-            raise _wrap(exc, f"list VLLMService in {namespace or 'all namespaces'}") from exc
+            raise api_error(exc, f"list VLLMService in {namespace or 'all namespaces'}") from exc
         items: list[Obj] = self._raw(raw)["items"]
         return items
 
@@ -366,7 +368,7 @@ class ApiGateway:
                 _continue=continue_token,
             )
         except ApiException as exc:
-            raise _wrap(exc, f"list {kind} in {where}") from exc
+            raise api_error(exc, f"list {kind} in {where}") from exc
         body = self._raw(raw)
         items: list[Obj] = body.get("items") or []
         token = (body.get("metadata") or {}).get("continue") or None
@@ -383,7 +385,7 @@ class ApiGateway:
                 _preload_content=False,
             )
         except ApiException as exc:
-            raise _wrap(exc, "list bound pods") from exc
+            raise api_error(exc, "list bound pods") from exc
         return add_claims((gpu_claim(p) for p in self._raw(raw)["items"]), {})
 
     def apply(self, obj: Obj) -> Obj:
@@ -429,7 +431,7 @@ class ApiGateway:
             )
         except ApiException as exc:
             who = "" if field_manager == FIELD_MANAGER else f" as {field_manager}"
-            raise _wrap(exc, f"apply {kind} {namespace}/{name}{who}") from exc
+            raise api_error(exc, f"apply {kind} {namespace}/{name}{who}") from exc
         return self._raw(result)
 
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
@@ -459,7 +461,7 @@ class ApiGateway:
             deleters[kind](name, namespace)
         except ApiException as exc:
             if exc.status != 404:
-                raise _wrap(exc, f"delete {kind} {namespace}/{name}") from exc
+                raise api_error(exc, f"delete {kind} {namespace}/{name}") from exc
 
     def apply_status(self, namespace: str, name: str, status: Obj) -> Obj | None:
         body = {
@@ -482,7 +484,7 @@ class ApiGateway:
                 _preload_content=False,  # the wire dict, decoded once (`_raw`)
             )
         except ApiException as exc:
-            raise _wrap(exc, f"apply status of {namespace}/{name}") from exc
+            raise api_error(exc, f"apply status of {namespace}/{name}") from exc
         decoded = self._raw(written)
         return decoded if isinstance(decoded, dict) else None
 
@@ -504,7 +506,7 @@ class ApiGateway:
         except ApiException as exc:
             if exc.status == 404:
                 return
-            error = _wrap(exc, f"remove finalizer {finalizer} of {namespace}/{name}")
+            error = api_error(exc, f"remove finalizer {finalizer} of {namespace}/{name}")
             if exc.status == 422:  # the test op failed: the list changed since it was read
                 raise ConflictError(str(error), 422) from exc
             raise error from exc
@@ -522,7 +524,7 @@ class ApiGateway:
                     "Denied reading token secret=%s/%s; fetching without it", namespace, name
                 )
                 return None
-            raise _wrap(exc, f"read secret {namespace}/{name}") from exc
+            raise api_error(exc, f"read secret {namespace}/{name}") from exc
         data = (secret.data or {}).get(key)
         return base64.b64decode(data).decode() if data is not None else None
 
@@ -574,7 +576,7 @@ class ApiGateway:
         except ApiException as exc:
             if exc.status in (400, 404):  # no previous container, or the pod is gone
                 return None
-            raise _wrap(exc, f"read log of {namespace}/{pod}") from exc
+            raise api_error(exc, f"read log of {namespace}/{pod}") from exc
         return text
 
     def patch_pod_metadata(
@@ -584,7 +586,7 @@ class ApiGateway:
         try:
             self.core.patch_namespaced_pod(pod, namespace, body)
         except ApiException as exc:
-            raise _wrap(exc, f"patch pod {namespace}/{pod}") from exc
+            raise api_error(exc, f"patch pod {namespace}/{pod}") from exc
 
     def evict_pod(self, namespace: str, pod: str) -> bool:
         body = {
@@ -599,5 +601,5 @@ class ApiGateway:
                 return False
             if exc.status == 404:
                 return True
-            raise _wrap(exc, f"evict pod {namespace}/{pod}") from exc
+            raise api_error(exc, f"evict pod {namespace}/{pod}") from exc
         return True

@@ -51,7 +51,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from vllm_operator.kube import jsontext
 from vllm_operator.kube.cache import WatchCache
-from vllm_operator.kube.client import ApiGateway
+from vllm_operator.kube.client import ApiGateway, api_error
 from vllm_operator.kube.gateway import GatewayError, Kind, Obj
 
 log = logging.getLogger(__name__)
@@ -126,9 +126,9 @@ class ApiKindSource:
                 raise Gone from exc
             verb = "watch" if kwargs.get("watch") else "list"
             where = namespace or "all namespaces"
-            raise GatewayError(
-                f"{verb} {kind} in {where} failed: {exc.status} {exc.reason}", exc.status
-            ) from exc
+            # With the API server's own words, as every other call's error: a 403 then names
+            # the verb, resource and scope the ServiceAccount lacks ("cannot list resource ...").
+            raise api_error(exc, f"{verb} {kind} in {where}") from exc
 
     def list_page(
         self, kind: Kind, namespace: str | None, continue_token: str | None
