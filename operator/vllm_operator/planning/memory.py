@@ -1000,14 +1000,28 @@ def v2_runner_without_graph_estimate(
 # 1.45; row 73, Qwen2.5-0.5B: 0.25 / 0.25), which vLLM's code here does not explain; the planner
 # takes the larger of the forward, the sampler and that matrix. It appears none, one or two times
 # (in the peak and in consumed memory): rows 49/47 (one configuration on identical L4s) none and one,
-# rows 105/106 (the same service) none and two, rows 72/73 (one command) none and two. Unquantised
-# checkpoints show two copies (rows 73 and 108: Qwen2.5-7B BF16 on an RTX 4090, 0.27.1, whose start
-# leaves 2.0 GiB beside weights and non-torch), so the V2 terms are applied to quantised checkpoints
-# only (AWQ/GPTQ, FP8/INT8, ...: rows 46-49, 70, 71, 106, 107, 110 show at most one copy, the second
-# one of the sm12x int4 rows being ``sm12x_int4_excess_bytes``); unquantised V2 starts keep the
-# V1 runner's terms (the subtracted graph estimate and the fp32 sampler copies), whose surplus covers
-# the second copy: the safe side. Applied with the V2 terms, row 108 would over-predict by +18.9 %.
-V2_PROFILE_QUANTISED_ONLY = True
+# rows 105/106 (the same service) none and two. Unquantised V2 starts take the same terms and land
+# as close (KV error, V1 terms -> V2 terms): rows 63 -4.7 -> +0.0 %, 72 -6.2 -> -1.1 %, 73 -4.2 ->
+# +1.1 %, 84 -1.7 -> -0.0 %, 87 -8.0 -> -2.3 %, 90 -9.8 -> -1.7 %, 115 -5.0 -> -3.6 %, 117 -7.9 ->
+# -1.2 % (its ledger: peak 1.22 predicted, 1.18 logged), 123 -4.0 -> -2.6 %, 127 -30.0 -> +1.4 %.
+# EXCEPT with FlashInfer's sampler off (``optional_kernels`` False: a bare pip install, or
+# VLLM_USE_FLASHINFER_SAMPLER=0): row 108 (Qwen2.5-7B BF16 on an RTX 4090, 0.27.1, the sampler off)
+# leaves 2.40 GiB beside weights, non-torch and KV, two vocab x hidden matrices, where rows 63/72/73
+# (the same machine, release and day, the sampler on) hold one, and its quantised sibling of the same
+# script (row 110, FP8, the sampler off) holds one; the V2 terms would over-predict it by +18.9 %.
+# vLLM's code read here does not explain that matrix, so such a start keeps the V1 runner's terms
+# (the subtracted graph estimate and the native sampler's fp32 copies: -1.7 % there, and row 85,
+# Llama-3.1-8B eager on an RTX 3090 at 0.25 with the sampler off, -10.4 %): the safe side. The
+# operator's images ship FlashInfer, so its plans take the V2 terms; a VLLM_USE_FLASHINFER_SAMPLER=0
+# in spec.env is not seen by the planner (docs/planning-model.md says so).
+# AND with pipeline parallelism: 0.27.1 runs a PP start on V2 too (config/vllm.py
+# ``_get_v2_model_runner_unsupported_features`` excludes PP only with the external_launcher
+# backend), but row 130 (Qwen3-32B BF16 at PP2 on two RTX PRO 6000, util 0.426, the post of row 127)
+# leaves 3.03 GiB beside weights and KV on its first stage where the TP2 start of row 127 leaves 1.66
+# and the V2 terms give 1.81 (+17.8 %). What a V2 PP stage adds is not modelled: two more NCCL
+# communicators (the PP group and ``PPHandler``'s "pp_broadcast" sibling, v1/worker/gpu/pp_utils.py)
+# and the profile's inter-stage send of max_num_batched_tokens x hidden x 2 tensors are the code's
+# candidates. So a PP start keeps the V1 runner's terms (-8.1 % there): the safe side.
 
 
 # From 0.29.0 ``VllmConfig.use_v2_model_runner`` (config/vllm.py) runs every model on Model Runner V2
@@ -1019,8 +1033,8 @@ V2_PROFILE_QUANTISED_ONLY = True
 # Triton is present, and V2 requires Triton. So from 0.29 a bare pip install's sampler peak is the
 # image's. Bench row 111 (Qwen2.5-1.5B on an A10G, vLLM 0.31.0 in a pip venv with
 # VLLM_USE_FLASHINFER_SAMPLER=0): KV -6.7 % with the native term, -2.1 % without. (0.22-0.28 V2
-# starts of unquantised models keep the V1 terms, the native one included; see
-# V2_PROFILE_QUANTISED_ONLY.)
+# starts of unquantised models with the sampler off keep the V1 terms, the native one included;
+# see ``v2_profile_terms``.)
 V2_FOR_ALL_FROM = "0.29.0"
 V2_SPECULATIVE_METHODS = frozenset(
     {"eagle", "eagle3", "mtp", "dflash", "dspark", "extract_hidden_states"}
@@ -1039,9 +1053,12 @@ def v2_runner_for_all(args: ResolvedArgs) -> bool:
 def v2_profile_terms(arch: Architecture, args: ResolvedArgs, quant: Quantization | None) -> bool:
     """Whether the planner models this start with Model Runner V2's profile: no graph estimate
     in the KV budget, the V2 sampler's peak and the empirical vocab x hidden floor
-    (``v2_runner_without_graph_estimate``, quantised checkpoints only; see
-    V2_PROFILE_QUANTISED_ONLY)."""
-    if V2_PROFILE_QUANTISED_ONLY and quant is None:
+    (``v2_runner_without_graph_estimate``). An unquantised start with FlashInfer's sampler off
+    keeps the V1 runner's terms (row 108: the comment "EXCEPT with FlashInfer's sampler off"), and
+    so does a pipeline-parallel one (row 130: the comment "AND with pipeline parallelism")."""
+    if quant is None and not args.optional_kernels:
+        return False
+    if args.pipeline_parallel_size > 1:
         return False
     return v2_runner_without_graph_estimate(arch, args, quant)
 
@@ -1165,7 +1182,7 @@ def activation_bytes(
     vision model's encoder pass (``encoder_profile_bytes``) comes before both, and its cached
     outputs are held through them. With ``v2_profile`` (``v2_profile_terms``) the sampler is
     Model Runner V2's, one ``max_num_seqs x vocab`` tensor in the model dtype, and the peak is at
-    least one vocab x hidden matrix (empirical, see V2_PROFILE_QUANTISED_ONLY).
+    least one vocab x hidden matrix (empirical, see ``v2_profile_terms``).
     """
     act_b = dtype_bytes(args.dtype)
     tp = args.tensor_parallel_size
