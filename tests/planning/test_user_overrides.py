@@ -2,6 +2,7 @@
 
 from vllm_operator.catalog.architectures import lookup_architecture
 from vllm_operator.catalog.gpus import lookup_gpu
+from vllm_operator.planning.adapters import Adapters
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.plan import PoolPlan, plan_pool
 from vllm_operator.planning.user_overrides import apply_user_values
@@ -125,3 +126,25 @@ def test_a_tensor_parallel_size_beyond_the_pools_gpus_is_refused_with_its_field(
     ((path, why),) = out.refusals
     assert path == "spec.vllm.extraArgs[--tensor-parallel-size]"
     assert "spec.placement.maxGPUsPerReplica is 1" in why
+
+
+def test_the_recompute_keeps_the_services_lora_slots() -> None:
+    """An override's memory is the plan's model with the user's value, adapters included: with
+    --max-loras 1 the LoRA buffers stay in the recomputed figures (they were left out before, so
+    an override read more KV than the pod would have)."""
+    intent = PlanIntent(
+        p99_context_tokens=4096,
+        concurrency=4,
+        adapters=Adapters(max_loras=1, max_lora_rank=16),
+    )
+    result = plan_pool(intent, L4, LLAMA8)
+    assert isinstance(result, PoolPlan) and result.memory.lora_gib > 0
+    low = result.engine_args.gpu_memory_utilization - 0.05
+    out = apply_user_values(
+        result, {"gpu_memory_utilization": low}, {}, intent=intent, arch=LLAMA8, gpu=L4
+    )
+    assert out.plan.memory.lora_gib == result.memory.lora_gib
+    without = apply_user_values(
+        planned(), {"gpu_memory_utilization": low}, {}, intent=INTENT, arch=LLAMA8, gpu=L4
+    )
+    assert out.plan.memory.kv_cache_tokens < without.plan.memory.kv_cache_tokens

@@ -10,9 +10,11 @@ an L4, vLLM 0.28.0, util 0.45: consumed 5.58 GiB, peak activation 1.04 GiB with 
 it, 0.53 GiB of graphs captured after the KV cache, KV 3.30 GiB / 61,776 tokens).
 """
 
+from vllm_operator.api.spec import EnvVar, VLLMServiceSpec
 from vllm_operator.catalog.architectures import lookup_architecture
 from vllm_operator.catalog.gpus import lookup_gpu
 from vllm_operator.planning.gpu import gpu_memory
+from vllm_operator.planning.intent import PlanIntent, flashinfer_sampler_on
 from vllm_operator.planning.memory import (
     GIB,
     EngineArgs,
@@ -22,6 +24,7 @@ from vllm_operator.planning.memory import (
     v2_profile_terms,
     v2_runner_without_graph_estimate,
 )
+from vllm_operator.planning.plan import PoolPlan, plan_pool
 
 AWQ_7B = lookup_architecture("Qwen/Qwen2.5-7B-Instruct-AWQ")
 BF16_7B = lookup_architecture("Qwen/Qwen2.5-7B-Instruct")
@@ -185,3 +188,33 @@ def test_a_pipeline_parallel_v2_start_keeps_the_v1_terms() -> None:
     assert not v2_profile_terms(AWQ_7B, resolved_awq, quant)
     single, _, _ = resolve_args(_args("0.27.1"), BF16_7B, L4)
     assert v2_profile_terms(BF16_7B, single, None)
+
+
+def test_a_sampler_turned_off_in_spec_env_is_planned_with_the_v1_terms() -> None:
+    """spec.vllm.env VLLM_USE_FLASHINFER_SAMPLER=0 (vLLM reads bool(int(value))) is the start
+    of row 108: the plan keeps the subtracted graph estimate there; without it, or with 1, the
+    plan takes Model Runner V2's terms."""
+    assert flashinfer_sampler_on([])
+    assert not flashinfer_sampler_on([EnvVar(name="VLLM_USE_FLASHINFER_SAMPLER", value="0")])
+    assert flashinfer_sampler_on([EnvVar(name="VLLM_USE_FLASHINFER_SAMPLER", value="1")])
+    assert flashinfer_sampler_on([EnvVar(name="VLLM_USE_FLASHINFER_SAMPLER", value="no")])
+    assert flashinfer_sampler_on([EnvVar(name="OTHER", value="0")])
+
+    def plan(env: list[dict[str, str]]) -> PoolPlan:
+        spec = VLLMServiceSpec.model_validate(
+            {
+                "model": {"name": "Qwen/Qwen2.5-7B-Instruct"},
+                "workload": {"p99ContextTokens": 4096, "concurrency": 4},
+                "placement": {"gpuTypes": ["NVIDIA-L40S"], "maxGPUsPerReplica": 1},
+                "vllm": {"version": "0.27.1", "env": env},
+            }
+        )
+        result = plan_pool(PlanIntent.from_spec(spec), lookup_gpu("NVIDIA-L40S"), BF16_7B)
+        assert isinstance(result, PoolPlan), result
+        return result
+
+    image = plan([])
+    assert not image.memory.cuda_graph_subtracted
+    off = plan([{"name": "VLLM_USE_FLASHINFER_SAMPLER", "value": "0"}])
+    assert off.memory.cuda_graph_subtracted
+    assert plan([{"name": "VLLM_USE_FLASHINFER_SAMPLER", "value": "1"}]) == image

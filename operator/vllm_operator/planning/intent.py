@@ -4,11 +4,12 @@ Kept apart from the search (planning/plan.py) and the alternatives (planning/alt
 which both take it: the planner can be driven without a whole spec (tests, `estimate`).
 """
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vllm_operator.api.spec import LatencyProfile, PrefixCaching, VLLMServiceSpec
+from vllm_operator.api.spec import EnvVar, LatencyProfile, PrefixCaching, VLLMServiceSpec
 from vllm_operator.planning.adapters import Adapters, adapters_from_extra_args
 from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION
@@ -73,6 +74,11 @@ class PlanIntent(BaseModel):
         description="Measured KV capacities of this pool's GPU type (learning from the fleet).",
     )
     adapters: Adapters = Adapters()
+    flashinfer_sampler: bool = Field(
+        default=True,
+        description="FlashInfer's top-k/top-p sampler is on: spec.vllm.env does not set "
+        "VLLM_USE_FLASHINFER_SAMPLER=0 (memory.EngineArgs.flashinfer_sampler).",
+    )
 
     @classmethod
     def from_spec(cls, spec: VLLMServiceSpec) -> "PlanIntent":
@@ -96,4 +102,18 @@ class PlanIntent(BaseModel):
             quantization=spec.model.quantization,
             vllm_version=spec.vllm.version or DEFAULT_VLLM_VERSION,
             adapters=adapters,
+            flashinfer_sampler=flashinfer_sampler_on(spec.vllm.env),
         )
+
+
+def flashinfer_sampler_on(env: Sequence[EnvVar]) -> bool:
+    """Whether the container's env leaves FlashInfer's sampler on. vLLM reads the variable as
+    ``bool(int(value))`` (envs.py, 0.27.1 and 0.33.0 alike); a value that is not an integer stops
+    vLLM at start, so only an integer 0 turns it off here."""
+    for var in env:
+        if var.name == "VLLM_USE_FLASHINFER_SAMPLER":
+            try:
+                return bool(int(var.value))
+            except ValueError:
+                return True
+    return True

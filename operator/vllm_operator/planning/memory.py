@@ -163,6 +163,13 @@ class EngineArgs(BaseModel):
         "pip install of an older wheel: the native sampler sorts the vocabulary, and MXFP4 MoE "
         "on sm90 falls back to Marlin.",
     )
+    flashinfer_sampler: bool = Field(
+        default=True,
+        description="FlashInfer's top-k/top-p sampler is on (no VLLM_USE_FLASHINFER_SAMPLER=0 in "
+        "the container's env). Off, the sampler is the one a bare pip install gets: the V1 "
+        "runner's native sort and, before 0.29, no Model Runner V2 terms for an unquantised "
+        "start (v2_profile_terms).",
+    )
     speculative_method: str | None = Field(
         default=None, description="--speculative-config method (mtp, eagle, eagle3, ngram, ...)."
     )
@@ -234,6 +241,7 @@ class ResolvedArgs(BaseModel):
     enable_chunked_prefill: bool
     vllm_version: str
     optional_kernels: bool = True
+    flashinfer_sampler: bool = True
     speculative_method: str | None = None
     num_speculative_tokens: int = 0
     max_loras: int = 0
@@ -1004,16 +1012,16 @@ def v2_runner_without_graph_estimate(
 # as close (KV error, V1 terms -> V2 terms): rows 63 -4.7 -> +0.0 %, 72 -6.2 -> -1.1 %, 73 -4.2 ->
 # +1.1 %, 84 -1.7 -> -0.0 %, 87 -8.0 -> -2.3 %, 90 -9.8 -> -1.7 %, 115 -5.0 -> -3.6 %, 117 -7.9 ->
 # -1.2 % (its ledger: peak 1.22 predicted, 1.18 logged), 123 -4.0 -> -2.6 %, 127 -30.0 -> +1.4 %.
-# EXCEPT with FlashInfer's sampler off (``optional_kernels`` False: a bare pip install, or
-# VLLM_USE_FLASHINFER_SAMPLER=0): row 108 (Qwen2.5-7B BF16 on an RTX 4090, 0.27.1, the sampler off)
-# leaves 2.40 GiB beside weights, non-torch and KV, two vocab x hidden matrices, where rows 63/72/73
+# EXCEPT with FlashInfer's sampler off (``flashinfer_sampling`` False: a bare pip install, or
+# VLLM_USE_FLASHINFER_SAMPLER=0 in the container's env): row 108 (Qwen2.5-7B BF16 on an RTX 4090,
+# 0.27.1, the sampler off) leaves 2.40 GiB beside weights, non-torch and KV, two vocab x hidden matrices, where rows 63/72/73
 # (the same machine, release and day, the sampler on) hold one, and its quantised sibling of the same
 # script (row 110, FP8, the sampler off) holds one; the V2 terms would over-predict it by +18.9 %.
 # vLLM's code read here does not explain that matrix, so such a start keeps the V1 runner's terms
 # (the subtracted graph estimate and the native sampler's fp32 copies: -1.7 % there, and row 85,
 # Llama-3.1-8B eager on an RTX 3090 at 0.25 with the sampler off, -10.4 %): the safe side. The
-# operator's images ship FlashInfer, so its plans take the V2 terms; a VLLM_USE_FLASHINFER_SAMPLER=0
-# in spec.env is not seen by the planner (docs/planning-model.md says so).
+# operator's images ship FlashInfer, so its plans take the V2 terms unless spec.vllm.env sets
+# VLLM_USE_FLASHINFER_SAMPLER=0 (planning/intent.py ``flashinfer_sampler_on``).
 # AND with pipeline parallelism: 0.27.1 runs a PP start on V2 too (config/vllm.py
 # ``_get_v2_model_runner_unsupported_features`` excludes PP only with the external_launcher
 # backend), but row 130 (Qwen3-32B BF16 at PP2 on two RTX PRO 6000, util 0.426, the post of row 127)
@@ -1050,13 +1058,19 @@ def v2_runner_for_all(args: ResolvedArgs) -> bool:
     return not method or method in V2_SPECULATIVE_METHODS
 
 
+def flashinfer_sampling(args: ResolvedArgs) -> bool:
+    """FlashInfer's top-k/top-p sampler serves this start: installed (``optional_kernels``) and
+    not turned off by VLLM_USE_FLASHINFER_SAMPLER=0 (``flashinfer_sampler``)."""
+    return args.optional_kernels and args.flashinfer_sampler
+
+
 def v2_profile_terms(arch: Architecture, args: ResolvedArgs, quant: Quantization | None) -> bool:
     """Whether the planner models this start with Model Runner V2's profile: no graph estimate
     in the KV budget, the V2 sampler's peak and the empirical vocab x hidden floor
     (``v2_runner_without_graph_estimate``). An unquantised start with FlashInfer's sampler off
     keeps the V1 runner's terms (row 108: the comment "EXCEPT with FlashInfer's sampler off"), and
     so does a pipeline-parallel one (row 130: the comment "AND with pipeline parallelism")."""
-    if quant is None and not args.optional_kernels:
+    if quant is None and not flashinfer_sampling(args):
         return False
     if args.pipeline_parallel_size > 1:
         return False
@@ -1190,7 +1204,9 @@ def activation_bytes(
     sampler = 0.0
     if last_stage:
         native = (
-            sem.engine is Engine.V1 and not args.optional_kernels and not v2_runner_for_all(args)
+            sem.engine is Engine.V1
+            and not flashinfer_sampling(args)
+            and not v2_runner_for_all(args)
         )
         copies = SAMPLER_LOGIT_COPIES_NATIVE if native else SAMPLER_LOGIT_COPIES
         version = VllmVersion.parse(sem.version)
@@ -1587,6 +1603,7 @@ def resolve_args(
         enable_chunked_prefill=chunked,
         vllm_version=version.text,
         optional_kernels=args.optional_kernels,
+        flashinfer_sampler=args.flashinfer_sampler,
         speculative_method=args.speculative_method if args.num_speculative_tokens else None,
         num_speculative_tokens=args.num_speculative_tokens if args.speculative_method else 0,
         max_loras=args.max_loras,

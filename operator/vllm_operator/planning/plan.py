@@ -247,15 +247,18 @@ def _estimate(
             quantization=intent.quantization,
             kv_cache_dtype=kv_dtype,
             vllm_version=intent.vllm_version,
-            **_adapter_args(intent),
+            **adapter_args(intent),
         ),
     )
 
 
-def _adapter_args(intent: PlanIntent) -> dict[str, Any]:
-    """Speculative decoding and LoRA from the spec's extraArgs, as EngineArgs fields."""
+def adapter_args(intent: PlanIntent) -> dict[str, Any]:
+    """Speculative decoding, LoRA and multimodal profiling from the spec's extraArgs, and the
+    sampler from its env, as EngineArgs fields (the plan's search and an override's recompute
+    alike)."""
     a = intent.adapters
     return {
+        "flashinfer_sampler": intent.flashinfer_sampler,
         "speculative_method": a.speculative_method,
         "num_speculative_tokens": a.num_speculative_tokens,
         "max_loras": a.max_loras,
@@ -477,7 +480,7 @@ def plan_pool(
                 quantization=intent.quantization,
                 vllm_version=version,
                 max_model_len=None,
-                **_adapter_args(intent),
+                **adapter_args(intent),
             ),
             arch.model_copy(update={"max_position_embeddings": None}),
             gpu,

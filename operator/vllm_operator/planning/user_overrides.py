@@ -25,7 +25,7 @@ from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.memory import KV_DTYPES_FP8, EngineArgs, estimate_memory
-from vllm_operator.planning.plan import MemoryBreakdown, PoolPlan, draft_kv_gib
+from vllm_operator.planning.plan import MemoryBreakdown, PoolPlan, adapter_args, draft_kv_gib
 
 MEMORY_FIELDS = frozenset(
     {
@@ -316,6 +316,7 @@ def _recompute(
                 kv_cache_dtype=args.kv_cache_dtype,
                 enforce_eager=args.enforce_eager,
                 vllm_version=plan.vllm_version,
+                **adapter_args(intent),
             ),
         )
     except (PlanningInputError, ValidationError, ValueError) as exc:
