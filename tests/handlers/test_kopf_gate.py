@@ -118,3 +118,52 @@ def test_the_indexed_callback_fires_once_kopfs_gate_opens_even_with_no_object(
         assert fired == [True]
 
     asyncio.run(scenario())
+
+
+def test_a_batch_that_spawns_no_watcher_does_not_open_the_gate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A namespaced operator's first insights revision has no namespaces yet, so Kopf makes and
+    drops its orchestration blocker with no watcher: the set is on while empty. The gate opens
+    only once a watcher's own toggle is dropped, in the batch the namespaces bring."""
+    monkeypatch.setattr(ToggleSet, "drop_toggle", ToggleSet.drop_toggle)  # restored after
+    fired: list[bool] = []
+    assert kopf_gate.notify_when_indexed(lambda: fired.append(True))
+
+    async def scenario() -> None:
+        indexed = ToggleSet(all)
+        empty_batch = await indexed.make_toggle(name=kopf_gate.ORCHESTRATION_BLOCKER)
+        await indexed.drop_toggle(empty_batch)
+        assert indexed.is_on() and fired == []  # vacuously on: no watcher listed anything yet
+        blocker = await indexed.make_toggle(name=kopf_gate.ORCHESTRATION_BLOCKER)
+        nodes = await indexed.make_toggle(name="nodes@None")
+        await indexed.drop_toggle(blocker)
+        assert fired == []
+        node = await indexed.make_toggle(name="a listed node")
+        await indexed.drop_toggle(nodes)
+        assert fired == []
+        await indexed.drop_toggle(node)
+        assert fired == [True]
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_listed_before_its_blocker_is_dropped_opens_the_gate_at_that_drop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Should every watcher of a batch finish its list before Kopf drops the blocker, the blocker's
+    drop is the one that opens the gate: it must not be missed (no later drop would come)."""
+    monkeypatch.setattr(ToggleSet, "drop_toggle", ToggleSet.drop_toggle)  # restored after
+    fired: list[bool] = []
+    assert kopf_gate.notify_when_indexed(lambda: fired.append(True))
+
+    async def scenario() -> None:
+        indexed = ToggleSet(all)
+        blocker = await indexed.make_toggle(name=kopf_gate.ORCHESTRATION_BLOCKER)
+        nodes = await indexed.make_toggle(name="nodes@None")
+        await indexed.drop_toggle(nodes)
+        assert fired == []
+        await indexed.drop_toggle(blocker)
+        assert fired == [True]
+
+    asyncio.run(scenario())

@@ -36,6 +36,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 _SHARED = "_vllm_operator_shared_waits"
+_LISTED = "_vllm_operator_listed"
+ORCHESTRATION_BLOCKER = "orchestration blocker"
+"""The name of the toggle Kopf holds while it spawns a batch of watchers (orchestration.py)."""
 _MARK = "_vllm_operator_shared"
 
 WaitFor = Callable[[Any, bool], Coroutine[Any, Any, None]]
@@ -92,7 +95,15 @@ def notify_when_indexed(callback: Callable[[], object]) -> bool:
     (Kopf's only such set is the operator's "indexed" one, orchestration.py); True when hooked.
     The callback must be idempotent and quick: drops of the start's per-object toggles call it
     until Kopf stops making them. Unhooked, the first resource handler still opens the gate
-    (handlers/registrations.py `_enqueue`)."""
+    (handlers/registrations.py `_enqueue`).
+
+    Not before some watcher's toggle was dropped: Kopf spawns its watchers per insights revision
+    under an "orchestration blocker" toggle (orchestration.py `spawn_missing_watchers`), and a
+    namespaced operator's first revision has the resources but not yet the namespaces (the
+    namespace observer lists them after the resource scan, observation.py), so its first batch
+    spawns no watcher: the blocker alone is made and dropped, and the set is on while empty. That
+    opened the gate before any node was indexed (an e2e run planned a service as "no node has
+    nvidia.com/gpu.product=..." from the empty cache)."""
     found = _toggle_set_method("drop_toggle")
     if found is None:
         return False
@@ -100,7 +111,11 @@ def notify_when_indexed(callback: Callable[[], object]) -> bool:
 
     async def drop_toggle(self: Any, toggle: Any) -> None:
         await original(self, toggle)
-        if getattr(self, "_fn", None) is all and self.is_on():
+        if getattr(self, "_fn", None) is not all:
+            return
+        if getattr(toggle, "name", None) != ORCHESTRATION_BLOCKER:
+            vars(self)[_LISTED] = True  # a watcher's initial list (or an object of it) is done
+        if vars(self).get(_LISTED, False) and self.is_on():
             callback()
 
     setattr(toggle_set, "drop_toggle", drop_toggle)  # noqa: B010 (a method, on purpose)
