@@ -90,16 +90,22 @@ def test_shared_waits_return_only_in_the_wanted_state_and_survive_a_cancelled_wa
     asyncio.run(scenario())
 
 
+@pytest.fixture
+def fired(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The calls of a `notify_when_indexed` callback (Kopf's ToggleSet restored after)."""
+    monkeypatch.setattr(ToggleSet, "drop_toggle", ToggleSet.drop_toggle)
+    calls: list[bool] = []
+    assert kopf_gate.notify_when_indexed(lambda: calls.append(True))
+    return calls
+
+
 def test_the_indexed_callback_fires_once_kopfs_gate_opens_even_with_no_object(
-    monkeypatch: pytest.MonkeyPatch,
+    fired: list[bool],
 ) -> None:
     """Kopf's orchestration (orchestration.py, queueing.py): a blocker, one toggle per indexed
     kind dropped when its initial list is over, one per listed object dropped after its index
     handlers. The callback must not fire while any of them holds the gate, and must fire when
     the last is dropped, also when no object exists (no resource handler ever runs then)."""
-    monkeypatch.setattr(ToggleSet, "drop_toggle", ToggleSet.drop_toggle)  # restored after
-    fired: list[bool] = []
-    assert kopf_gate.notify_when_indexed(lambda: fired.append(True))
 
     async def scenario() -> None:
         paused = ToggleSet(any)  # Kopf's other set: never reported
@@ -120,15 +126,10 @@ def test_the_indexed_callback_fires_once_kopfs_gate_opens_even_with_no_object(
     asyncio.run(scenario())
 
 
-def test_a_batch_that_spawns_no_watcher_does_not_open_the_gate(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_batch_that_spawns_no_watcher_does_not_open_the_gate(fired: list[bool]) -> None:
     """A namespaced operator's first insights revision has no namespaces yet, so Kopf makes and
     drops its orchestration blocker with no watcher: the set is on while empty. The gate opens
     only once a watcher's own toggle is dropped, in the batch the namespaces bring."""
-    monkeypatch.setattr(ToggleSet, "drop_toggle", ToggleSet.drop_toggle)  # restored after
-    fired: list[bool] = []
-    assert kopf_gate.notify_when_indexed(lambda: fired.append(True))
 
     async def scenario() -> None:
         indexed = ToggleSet(all)
@@ -149,13 +150,10 @@ def test_a_batch_that_spawns_no_watcher_does_not_open_the_gate(
 
 
 def test_a_batch_listed_before_its_blocker_is_dropped_opens_the_gate_at_that_drop(
-    monkeypatch: pytest.MonkeyPatch,
+    fired: list[bool],
 ) -> None:
     """Should every watcher of a batch finish its list before Kopf drops the blocker, the blocker's
     drop is the one that opens the gate: it must not be missed (no later drop would come)."""
-    monkeypatch.setattr(ToggleSet, "drop_toggle", ToggleSet.drop_toggle)  # restored after
-    fired: list[bool] = []
-    assert kopf_gate.notify_when_indexed(lambda: fired.append(True))
 
     async def scenario() -> None:
         indexed = ToggleSet(all)
