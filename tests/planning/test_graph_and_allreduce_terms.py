@@ -25,6 +25,7 @@ from vllm_operator.planning.memory import (
     capture_sizes,
     cuda_graph_gib,
     estimate_memory,
+    hybrid_capture_share,
     resolve_args,
 )
 
@@ -122,3 +123,55 @@ def test_row_69_consumed_memory_matches_the_logged_ledger() -> None:
     assert est.non_torch_gib == pytest.approx(0.75)
     consumed = est.weights_gib + est.non_torch_gib + workspace
     assert consumed == pytest.approx(56.89, abs=0.1)
+
+
+QWEN38_FP8 = lookup_architecture("Qwen/Qwen3.8-27B-FP8")
+
+
+def _qwen38_graphs(max_num_seqs: int, **args: object) -> float:
+    gpu = gpu_memory(lookup_gpu("NVIDIA-L40S"))
+    engine = EngineArgs(
+        vllm_version="0.26.0", max_model_len=131072, max_num_seqs=max_num_seqs, **args
+    )
+    resolved, _, _ = resolve_args(engine, QWEN38_FP8, gpu)
+    return cuda_graph_gib(QWEN38_FP8, resolved, QWEN38_FP8.num_hidden_layers)
+
+
+def test_a_hybrids_full_graphs_stop_at_max_num_seqs() -> None:
+    """vLLM's dispatcher (v1/cudagraph_dispatcher.py ``initialize_cudagraph_keys``, 0.20-0.29)
+    captures FULL decode graphs only up to (1 + speculative tokens) x max_num_seqs: 256 sequences
+    give PIECEWISE=51 (largest=512) and FULL=35 (largest=256), as rows 100 and 126 log. Qwen3.8-27B
+    (64 layers, hidden 5120, MLP 3 x 17408): full = 0.63 + 1.64e-6 x 64 x 5120 + 4.47e-8 x 64 x
+    52224 = 1.3168 GiB; 256 sequences -> 0.30 + 1.0168 x (51 + 35) / 102 = 1.1573 GiB, still above
+    the 1.11 GiB vLLM 0.26.0 estimated on an L40S (bench row 74) and the 0.75 GiB of its 0.24 FULL=35
+    start on a MIG slice (row 100); 1,024 sequences keep the 51 + 51 graphs of the fit (row 96
+    logs 1.06 GiB)."""
+    full = 0.63 + 0.164e-5 * 64 * 5120 + 0.0447e-6 * 64 * 3 * 17408
+    assert _qwen38_graphs(256) == pytest.approx(0.30 + (full - 0.30) * 86 / 102, abs=1e-9)
+    assert 1.11 < _qwen38_graphs(256) < 1.16
+    assert _qwen38_graphs(1024) == pytest.approx(full, abs=1e-9)
+    # 16 sequences: PIECEWISE up to 32 (7 sizes), FULL up to 16 ([1, 2, 4, 8, 16]: 5)
+    assert _qwen38_graphs(16) == pytest.approx(0.30 + (full - 0.30) * 12 / 102, abs=1e-9)
+
+
+def test_speculative_tokens_widen_a_hybrids_full_decode_graphs() -> None:
+    """With 3 MTP tokens a decode step is 4 tokens a sequence, so the FULL graphs reach 4 x
+    max_num_seqs (capped by the capture ceiling): 2 sequences -> both modes [1, 2, 4], the share
+    of the dense rule (bench row 53 logs 0.13 GiB at TP2; 0.36 here at TP1)."""
+    with_spec = _qwen38_graphs(2, speculative_method="mtp", num_speculative_tokens=3)
+    without = _qwen38_graphs(2)
+    assert with_spec > without
+    full = 0.63 + 0.164e-5 * 64 * 5120 + 0.0447e-6 * 64 * 3 * 17408
+    assert with_spec == pytest.approx(0.30 + (full - 0.30) * 3 / 51, abs=1e-9)
+
+
+def test_a_dense_models_graph_share_is_unchanged() -> None:
+    """Dense models keep ``capture_size_share``: the per-mode count lifts dense 0.30 starts above
+    their logs (bench row 86, Qwen3-8B-AWQ, +3.8 % -> +6.5 %), so it is not applied there."""
+    gpu = gpu_memory(lookup_gpu("NVIDIA-L4"))
+    args = EngineArgs(vllm_version="0.33.0", max_model_len=4096, max_num_seqs=256)
+    resolved, _, _ = resolve_args(args, LLAMA_8B, gpu)
+    full = 0.63 + 0.164e-5 * 32 * 4096 + 0.0447e-6 * 32 * 3 * 14336
+    assert cuda_graph_gib(LLAMA_8B, resolved, 32) == pytest.approx(full, abs=1e-9)
+    assert hybrid_capture_share(512, 256) == pytest.approx(86 / 102)
+    assert hybrid_capture_share(512, 512) == 1.0

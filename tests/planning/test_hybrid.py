@@ -582,15 +582,16 @@ def _l40s_qwen38(version: str, **args: object) -> list[str]:
 def test_more_sequences_than_mamba_blocks_is_a_startup_failure_from_0_20() -> None:
     """vLLM 0.26.0 logged 'max_num_seqs (256) exceeds available Mamba cache blocks (184)' and
     stopped (bench row 75, vllm#38270). The estimate's layout turns the logged 8.82 GiB into the
-    same 184 blocks (bench KV-bytes table); its own 8.29 GiB (the vision encoder's profile pass
-    counted, memory.encoder_profile_bytes) gives 173, 9.04 GiB without that pass 188, and both say
-    256 do not fit. 16 sequences (row 76, which started), eager mode (no FULL decode graphs) and
+    same 184 blocks (bench KV-bytes table); its own 8.45 GiB (the vision encoder's profile pass
+    counted, memory.encoder_profile_bytes; the graph estimate with 35 FULL graphs at 256
+    sequences, memory.hybrid_capture_share) gives 176 (173 with 51 FULL graphs), 192 without that
+    pass (188), and both say 256 do not fit. 16 sequences (row 76, which started), eager mode (no FULL decode graphs) and
     releases before the check pass."""
     (warning,) = _l40s_qwen38("0.26.0")
-    assert "max_num_seqs 256 exceeds the 173 Mamba cache blocks" in warning
-    assert "at most 173" in warning
+    assert "max_num_seqs 256 exceeds the 176 Mamba cache blocks" in warning
+    assert "at most 176" in warning
     (unprofiled,) = _l40s_qwen38("0.26.0", skip_mm_profiling=True)
-    assert "max_num_seqs 256 exceeds the 188 Mamba cache blocks" in unprofiled
+    assert "max_num_seqs 256 exceeds the 192 Mamba cache blocks" in unprofiled
     assert _l40s_qwen38("0.26.0", max_num_seqs=16) == []
     assert _l40s_qwen38("0.26.0", enforce_eager=True) == []
     assert _l40s_qwen38("0.19.0") == []

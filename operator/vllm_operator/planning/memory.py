@@ -1310,7 +1310,10 @@ def cuda_graph_gib(arch: Architecture, args: ResolvedArgs, layers: int) -> float
 
     Before 0.18 the graphs are measured only after the KV cache exists (actual capture): the
     layer-count rule fitted on those logs. From 0.18 the figure that matters is vLLM's own
-    estimate, which the KV budget loses from 0.20 (see CUDA_GRAPH_EST_*).
+    estimate, which the KV budget loses from 0.20 (see CUDA_GRAPH_EST_*). A smaller capture
+    ceiling keeps a share of its variable part (``capture_size_share``); a hybrid's share counts
+    its PIECEWISE and FULL graphs apart, the FULL ones stopping at max_num_seqs
+    (``hybrid_capture_share``).
     """
     if args.enforce_eager:
         return 0.0
@@ -1335,7 +1338,12 @@ def cuda_graph_gib(arch: Architecture, args: ResolvedArgs, layers: int) -> float
         + (CUDA_GRAPH_EST_TP_GIB if tp > 1 else 0.0)
     )
     floor = min(full, CUDA_GRAPH_EST_FLOOR_GIB)
-    return floor + (full - floor) * capture_size_share(capture) + moe
+    if arch.is_hybrid:
+        full_ceiling = min(capture, (1 + args.num_speculative_tokens) * args.max_num_seqs)
+        share = hybrid_capture_share(capture, full_ceiling)
+    else:
+        share = capture_size_share(capture)
+    return floor + (full - floor) * share + moe
 
 
 # The default capture sizes (0.33.0 config/vllm.py ``_set_cudagraph_sizes``, the same grid since
@@ -1366,6 +1374,31 @@ def capture_size_share(capture: int) -> float:
     a 0.13 GiB estimate where that clamp gave 0.51). Only the 0.18+ estimate uses it; the fixed
     floor (CUDA_GRAPH_EST_FLOOR_GIB) stays."""
     return min(1.0, max(capture_sizes(capture) / CAPTURE_SIZES_AT_512, capture / 512))
+
+
+def hybrid_capture_share(capture: int, full_ceiling: int) -> float:
+    """The share of the 512-size estimate's variable part a hybrid (attention + Gated-DeltaNet /
+    Mamba) start keeps: its graphs counted per mode, ``(PIECEWISE sizes + FULL sizes) / (2 x 51)``.
+
+    vLLM's code (``v1/cudagraph_dispatcher.py`` ``CudagraphDispatcher.initialize_cudagraph_keys``,
+    read alike in 0.20.0, 0.24.0, 0.26.0, 0.27.1 and 0.29.0): under the default
+    FULL_AND_PIECEWISE mode the PIECEWISE graphs take every capture size up to the ceiling, the
+    FULL decode graphs only the sizes up to ``uniform_decode_query_len x max_num_seqs`` (1 + the
+    speculative tokens per sequence); ``gpu_model_runner.py`` ``profile_cudagraph_memory`` adds
+    one per-graph increment per size and mode to the larger first capture. The fit's 0.19 rows ran
+    1,024 sequences (51 + 51 graphs); a card under 70 GiB runs 256 by default, 51 + 35 graphs
+    ('Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)').
+    EMPIRICAL, for hybrids only: the same checkpoint at the same release logs 1.06 GiB with
+    FULL=51 (bench row 96, Qwen3.8-27B on an H200, 0.24) and 0.75 GiB with FULL=35 (row 100, its
+    FP8 sibling on a MIG slice), the PIECEWISE ceiling 512 in both: the FULL graphs carry the
+    variable part (vllm#50780 measures about 24 MiB per FULL graph on a hybrid GDN model), not
+    the first capture, so the ceiling reading of ``capture_size_share`` is dropped. PIECEWISE and
+    FULL graphs are weighted alike, which keeps the estimate above every hybrid log (rows 74, 88,
+    100, 126: 1.11 / 0.64 / 0.75 / 0.69 GiB logged against 1.16 / 0.72 / 1.16 / 1.16). Dense
+    models keep ``capture_size_share``: the same count lifts 0.30 dense starts over (row 86,
+    Qwen3-8B-AWQ: +3.8 % -> +6.5 %)."""
+    sizes = capture_sizes(capture) + capture_sizes(min(full_ceiling, capture))
+    return min(1.0, sizes / (2 * CAPTURE_SIZES_AT_512))
 
 
 # -------------------------------------------------------------------------------- resolve args
