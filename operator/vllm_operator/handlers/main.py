@@ -1,6 +1,7 @@
 """Wire the real gateways to the controller and start Kopf."""
 
 import ctypes
+import gc
 import logging
 import os
 import threading
@@ -49,6 +50,10 @@ allocation gets pages of its own (returned to the system when freed)."""
 MALLOC_ARENAS = 1
 MALLOC_MMAP_THRESHOLD = 128 * 1024
 
+GC_GEN0_THRESHOLD = 10_000
+"""Net container allocations between two young-generation collections (CPython's default: 700);
+see `tune_gc`."""
+
 
 def tune_malloc() -> bool:
     """One malloc arena and a fixed mmap threshold, set before the worker threads start; True when
@@ -73,6 +78,28 @@ def tune_malloc() -> bool:
     return bool(mallopt(M_ARENA_MAX, MALLOC_ARENAS)) and bool(
         mallopt(M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
     )
+
+
+def tune_gc() -> tuple[int, int, int]:
+    """Start-up's objects out of the cyclic collector's sight, and fewer young collections; the
+    thresholds now in force.
+
+    Why (#32): decoded API lists are trees of fresh dicts and lists with no reference cycles, so
+    the cyclic collector finds nothing in them, yet with CPython's default threshold (700) it runs
+    a young collection every few hundred containers of a decode, and the decoded page, alive until
+    the cache has stored it, is promoted and triggers full collections, each of which walks every
+    tracked object: the ~100,000 of the imported modules and the catalog as well. A restart of
+    1000 services decodes ~6,000 listed objects at once; its GIL profile put 43 % of the samples
+    in `jsontext.loads` (docs/controller-benchmark.md, "Fourteenth round"). Frozen objects
+    (`gc.freeze`, meant for this: long-lived start-up state) are never walked again, and a young
+    generation of 10,000 lets a page's objects be stored and dropped before most of them are
+    counted. Reference counting still frees everything without a cycle at once; cyclic garbage
+    waits at most for the next collection.
+    """
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, middle, old)
+    return gc.get_threshold()
 
 
 @dataclass(frozen=True)
@@ -156,6 +183,12 @@ def run_operator(
     """Block running the operator until it is stopped."""
     if tune_malloc():
         log.info("Tuned malloc arenas=%d mmap_threshold=%d", MALLOC_ARENAS, MALLOC_MMAP_THRESHOLD)
+    thresholds = tune_gc()
+    log.info(
+        "Tuned garbage collector frozen=%d thresholds=%s",
+        gc.get_freeze_count(),
+        ",".join(map(str, thresholds)),
+    )
     kopf_gate.install()  # one waiter on Kopf's start gate, not one per listed object (#32)
     kopf_json.install()  # Kopf's watch streams decoded with orjson (#32)
     api_client = load_config(kubeconfig)
