@@ -21,6 +21,7 @@ from vllm_operator.planning.memory import (
     estimate_memory,
     resolve_args,
     resolve_quantization,
+    v2_eager_profile,
     v2_profile_terms,
     v2_runner_without_graph_estimate,
 )
@@ -218,3 +219,41 @@ def test_a_sampler_turned_off_in_spec_env_is_planned_with_the_v1_terms() -> None
     off = plan([{"name": "VLLM_USE_FLASHINFER_SAMPLER", "value": "0"}])
     assert off.memory.cuda_graph_subtracted
     assert plan([{"name": "VLLM_USE_FLASHINFER_SAMPLER", "value": "1"}]) == image
+
+
+def test_an_eager_v2_start_holds_no_compile_terms() -> None:
+    """--enforce-eager turns torch.compile off (config/vllm.py): an eager V2 start's peak is its
+    forward pass or V2's sampler tensor, without the vocab x hidden floor (0.22-0.28) or the V1
+    sampler copies the planner keeps for compiled 0.29+ starts; the sampler setting aside."""
+    qwen15 = lookup_architecture("Qwen/Qwen2.5-1.5B-Instruct")
+    for version in ("0.25.0", "0.30.0"):
+        for sampler_on in (True, False):
+            base = {"max_num_seqs": 256, "dtype": "bfloat16", "flashinfer_sampler": sampler_on}
+            eager = _args(version, enforce_eager=True, **base)
+            graphs = _args(version, **base)
+            resolved = resolve_args(eager, qwen15, L4)[0]
+            assert v2_eager_profile(qwen15, resolved, None)
+            assert not v2_eager_profile(qwen15, resolve_args(graphs, qwen15, L4)[0], None)
+            e = estimate_memory(qwen15, L4, eager)
+            g = estimate_memory(qwen15, L4, graphs)
+            assert e.activation_peak_gib < g.activation_peak_gib
+    # not a V2 start: a MoE model at 0.25 keeps the V1 runner's terms, eager or not
+    assert not v2_eager_profile(
+        MOE, resolve_args(_args("0.25.0", enforce_eager=True), MOE, L4)[0], None
+    )
+    # before V2 (0.21) nothing changes
+    assert not v2_eager_profile(
+        LLAMA, resolve_args(_args("0.21.0", enforce_eager=True), LLAMA, L4)[0], None
+    )
+
+
+def test_eager_v2_peak_is_the_forward_or_the_v2_sampler() -> None:
+    """Bench row 93 (0.30.0, eager, 8 GB card): the peak is the forward pass, 0.18 GiB with the
+    constant, not 0.62 with the V1 sampler's copies."""
+    qwen15 = lookup_architecture("Qwen/Qwen2.5-1.5B-Instruct")
+    est = estimate_memory(
+        qwen15,
+        L4,
+        _args("0.30.0", enforce_eager=True, dtype="bfloat16", max_model_len=16384),
+    )
+    assert est.activation_peak_gib < 0.25

@@ -1077,6 +1077,34 @@ def v2_profile_terms(arch: Architecture, args: ResolvedArgs, quant: Quantization
     return v2_runner_without_graph_estimate(arch, args, quant)
 
 
+# An eager start on Model Runner V2. ``--enforce-eager`` turns torch.compile off as well as the
+# CUDA graphs (config/vllm.py ``VllmConfig.__post_init__``: "Enforce eager set, disabling
+# torch.compile and CUDAGraphs", compilation_config.mode = CompilationMode.NONE; read in 0.20.0,
+# 0.21.0, 0.22.0, 0.24.0, 0.25.0, 0.25.1, 0.26.0, 0.27.1 and 0.29.0), so V2's profile run
+# (v1/worker/gpu/model_runner.py ``profile_run``: ``_dummy_run(max_num_tokens)`` then
+# ``_dummy_sampler_run``, whose sampler keeps one max_num_seqs x vocab tensor in the model dtype,
+# see the comment above ``v2_profile_terms``) holds the forward pass or that tensor and nothing else.
+# The two empirical terms the planner adds to compiled V2 starts do not apply: the vocab x hidden
+# floor of 0.22-0.28 and the V1 runner's fp32 sampler copies it keeps at 0.29+ (rows 91/92/94/95,
+# 0.30.0 with graphs; V2's sampler alone would put them at +19.7 %). Both stand for something the
+# compiled profile holds that vLLM's tensors do not explain; rows 117-119 (0.27.1, one start cold
+# and two with the compile cache: peak 1.18 / 0.19 / 0.19 GiB, every other term alike) put it on
+# the first torch.compile, which an eager start does not run. That holds for a start with
+# FlashInfer's sampler off too (the row-108 rule keeps the V1 terms only where the model is
+# compiled). Bench: row 93 (Qwen2.5-1.5B eager, 0.30.0, 8 GB card under WSL2; the same card's
+# graph starts 91/92/94/95 log 1.93 GiB, this one 3.01) -13.4 -> +1.1 %, row 85 (Llama-3.1-8B eager,
+# 0.25.0, RTX 3090 under WSL2, the sampler off) -10.4 -> -5.2 %; rows 121/123 (eager, 0.28, their
+# ledgers' peaks 0.50 / 0.32 GiB against 0.54 / 0.34 predicted) keep their figures, their forward
+# pass being the larger term already.
+def v2_eager_profile(arch: Architecture, args: ResolvedArgs, quant: Quantization | None) -> bool:
+    """Whether this is an eager start (``--enforce-eager``) that vLLM runs on Model Runner V2
+    (0.22-0.28 ``v2_runner_without_graph_estimate``, 0.29+ ``v2_runner_for_all``), single stage:
+    its profile peak is the forward pass or V2's sampler tensor (see the comment above)."""
+    if not args.enforce_eager or args.pipeline_parallel_size > 1:
+        return False
+    return v2_runner_for_all(args) or v2_runner_without_graph_estimate(arch, args, quant)
+
+
 def moe_workspace_bytes(arch: Architecture, args: ResolvedArgs) -> float:
     """The persistent fused-MoE workspace of one rank (vLLM 0.20+, see MOE_WORKSPACE_FROM).
 
@@ -1186,6 +1214,7 @@ def activation_bytes(
     args: ResolvedArgs,
     last_stage: bool,
     v2_profile: bool = False,
+    eager_v2: bool = False,
 ) -> float:
     """Peak torch memory of the profile run above the weights (VV §3.1 'Peak activation').
 
@@ -1216,7 +1245,11 @@ def activation_bytes(
         lo, hi = LEGACY_V1_FULL_LOGITS
         if sem.engine is Engine.V1 and version.at_least(lo) and not version.at_least(hi):
             sampler += args.max_num_batched_tokens * arch.vocab_size * 4
-    if v2_profile:
+    if eager_v2:
+        # an eager start on Model Runner V2 (``v2_eager_profile``): V2's sampler tensor, and no
+        # compile in the profile run, so no vocab x hidden floor
+        sampler = args.max_num_seqs * arch.vocab_size * act_b if last_stage else 0.0
+    elif v2_profile:
         sampler = args.max_num_seqs * arch.vocab_size * act_b if last_stage else 0.0
         floor = arch.vocab_size * arch.hidden_size / tp * act_b if last_stage else 0.0
         forward = max(forward, floor)
@@ -1718,6 +1751,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
             "budget"
         )
     graphs_budgeted = sem.subtracts_cuda_graphs and not v2_profile
+    eager_v2 = sem.subtracts_cuda_graphs and v2_eager_profile(arch, resolved, quant)
     per_stage: list[tuple[int, int, float, float, float, float, int, int]] = []
     for stage, layers in enumerate(stages):
         last = stage == pp - 1
@@ -1744,7 +1778,12 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         w += int4_excess if last else 0.0
         act = (
             activation_bytes(
-                arch, sem=sem, args=resolved, last_stage=stage == pp - 1, v2_profile=v2_profile
+                arch,
+                sem=sem,
+                args=resolved,
+                last_stage=stage == pp - 1,
+                v2_profile=v2_profile,
+                eager_v2=eager_v2,
             )
             / GIB
         )
