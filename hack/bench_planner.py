@@ -93,6 +93,7 @@ class Result:
     budget: float | None = None
     kv_logged: float | None = None
     terms: dict[str, float] | None = None
+    kv_not_scored: str = ""  # why the row's logged KV cache is reported but not scored
 
     @property
     def weights_err(self) -> float | None:
@@ -240,6 +241,11 @@ def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
     base.weights_log = _num(row["weights_gib"])
     base.failure_predicted = not est.fits or bool(est.startup_warnings)
     if extra.get("weights_only"):
+        return base
+    if extra.get("kv_not_scored"):
+        # a start whose KV figure measures something besides vLLM on its own GPU (e.g. another
+        # process's memory entering the profile): its weights are scored, its KV reported
+        base.kv_not_scored = str(extra["kv_not_scored"])
         return base
     kv_gib = _num(row["kv_cache_gib"])
     if kv_gib is not None and kv_gib <= 0:
@@ -443,7 +449,9 @@ def cell_table(results: list[Result]) -> list[str]:
     for key in sorted(cells, key=lambda k: (_ERA_ORDER.get(k[0], 99), k)):
         errs = cells[key]
         if key in KV_MARGINS:  # what the planner applies (fidelity.py), not recomputed here
-            margin, note = KV_MARGINS[key][0], "own p90"
+            margin = KV_MARGINS[key][0]
+            worst = max(errs)
+            note = "own worst over" if worst > _p90([abs(e) for e in errs]) else "own p90"
         else:
             margin, note = (
                 WIDEST_MARGIN,
@@ -614,6 +622,15 @@ def render(results: list[Result]) -> str:
         "By weight format:",
         "",
         *group_table(results, "format", lambda r: r.fmt),
+        "",
+        "Rows scored on their weights only (the logged KV cache reported, not scored):",
+        "",
+        *[
+            f"- row {r.row} ({r.model}, vLLM {r.version}, KV {_fmt(r.kv_logged, 'GiB')} logged): "
+            f"{r.kv_not_scored}"
+            for r in results
+            if r.kv_not_scored
+        ],
         "",
         "Unanswered rows:",
         "",

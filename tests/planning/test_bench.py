@@ -97,3 +97,20 @@ def test_terms_show_each_term_beside_the_log_and_a_graph_estimate_outside_the_bu
     assert cells70[8].startswith("(") and cells70[9] == "1.04"
     assert not [c.strip() for c in row61.split("|")][8].startswith("(")
     assert len(bench.terms_table(bench.run_all())) > 40  # the 0.20+ rows by default
+
+
+def test_a_row_whose_kv_is_not_scored_keeps_its_weights_and_says_why() -> None:
+    """A start whose KV figure measures more than vLLM on its own GPU (row 120: another
+    process's memory entered the profile) is scored on its weights; its KV is reported with
+    the reason and enters no KV statistic."""
+    bench = load_bench()
+    results = bench.run_all()
+    (row,) = [r for r in results if r.row == 120]
+    assert row.answered and row.weights_err is not None
+    assert row.kv_err is None and row.kv_logged == 10.52
+    assert "another process" in row.kv_not_scored
+    text = bench.render(results)
+    listed = text.split("Rows scored on their weights only")[1].split("Unanswered rows:")[0]
+    assert "- row 120 (openai/gpt-oss-120b, vLLM 0.25.1, KV 10.52 logged)" in listed
+    scored = [r for r in results if r.kv_err is not None]
+    assert all(not r.kv_not_scored for r in scored)

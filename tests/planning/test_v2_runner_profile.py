@@ -19,6 +19,7 @@ from vllm_operator.planning.memory import (
     GIB,
     EngineArgs,
     estimate_memory,
+    native_sampler_sorts,
     resolve_args,
     resolve_quantization,
     v2_eager_profile,
@@ -159,9 +160,11 @@ def test_a_plan_for_a_quantised_v2_start_leaves_room_for_the_graphs() -> None:
 
 def test_from_0_29_a_bare_pip_install_samples_like_the_image() -> None:
     """Model Runner V2 (every model from 0.29) takes the Triton top-k/top-p kernel, never the
-    PyTorch-native sort a bare pip install falls back to on the V1 runner. Bench row 111
-    (Qwen2.5-1.5B, A10G, 0.31.0, FlashInfer sampler off): -6.7 % with the native term, -2.1 %
-    without. Before 0.29 (V1, or an unquantised V2 start keeping the V1 terms) it stands."""
+    PyTorch-native sort. Bench row 111 (Qwen2.5-1.5B, A10G, 0.31.0, FlashInfer sampler off):
+    -6.7 % with the native term, -2.1 % without. The V1 runner filters with Triton too from 0.19
+    (``forward_native`` -> ``apply_top_k_top_p`` -> ``apply_top_k_top_p_triton``, read in 0.19.0-0.33.0),
+    so the sort term stands only before 0.19 and on the 0.22-0.28 unquantised V2 starts that
+    keep the V1 terms (row 108's empirical rule)."""
     small = lookup_architecture("Qwen/Qwen2.5-1.5B-Instruct")
     a10g = gpu_memory(lookup_gpu("NVIDIA-A10G"))
 
@@ -170,11 +173,39 @@ def test_from_0_29_a_bare_pip_install_samples_like_the_image() -> None:
         return estimate_memory(small, a10g, args).activation_peak_gib
 
     assert activation("0.31.0", False) == activation("0.31.0", True)
-    assert activation("0.28.0", False) > activation("0.28.0", True)
-    assert activation("0.19.0", False) > activation("0.19.0", True)
-    # ngram drafting is not on V2 at 0.29+: the V1 runner's native sampler again
+    assert activation("0.28.0", False) > activation("0.28.0", True)  # row 108's rule
+    assert activation("0.17.0", False) > activation("0.17.0", True)  # the sort, before Triton
+    assert activation("0.19.0", False) == activation("0.19.0", True)  # V1 with Triton
+    # ngram drafting is not on V2 at 0.29+: the V1 runner, whose native path is Triton's as well
     ngram = {"speculative_method": "ngram", "num_speculative_tokens": 2}
-    assert activation("0.31.0", False, **ngram) > activation("0.31.0", True, **ngram)
+    assert activation("0.31.0", False, **ngram) == activation("0.31.0", True, **ngram)
+
+
+def test_a_v1_runner_start_without_flashinfers_sampler_filters_with_triton() -> None:
+    """Bench row 131: Qwen3-Coder-30B-A3B (a MoE, which 0.24.0 runs on the V1 runner) on 4x L40S
+    with VLLM_USE_FLASHINFER_SAMPLER=0 peaks like a start with FlashInfer's sampler: the native
+    path's Triton kernel filters in place (23.74 GiB of KV logged; -8.3 % with the sort, -5.2 %
+    without)."""
+    coder = lookup_architecture("Qwen/Qwen3-Coder-30B-A3B-Instruct")
+    l40s = gpu_memory(lookup_gpu("NVIDIA-L40S"))
+
+    def estimate(optional_kernels: bool) -> float:
+        args = EngineArgs.model_validate(
+            {
+                "vllm_version": "0.24.0",
+                "tensor_parallel_size": 4,
+                "gpu_memory_utilization": 0.9,
+                "max_model_len": 32768,
+                "optional_kernels": optional_kernels,
+            }
+        )
+        resolved, _, _ = resolve_args(args, coder, l40s)
+        assert not v2_runner_without_graph_estimate(coder, resolved, None)  # V1 for a MoE
+        assert not native_sampler_sorts(coder, resolved, None)
+        return estimate_memory(coder, l40s, args).kv_cache_gib
+
+    assert estimate(False) == estimate(True)
+    assert abs(estimate(False) - 23.74) / 23.74 < 0.06
 
 
 def test_a_pipeline_parallel_v2_start_keeps_the_v1_terms() -> None:

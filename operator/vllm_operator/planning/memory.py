@@ -56,6 +56,17 @@ SAMPLER_LOGIT_COPIES = 3.85
 # with 1024 sequences (vllm#23278, vllm#27508: 7.4 GiB above the weights at 8192 and at 1024
 # batched tokens alike, i.e. the sampler, not the forward pass), on the low-KV side.
 SAMPLER_LOGIT_COPIES_NATIVE = 8.8
+# The sort is gone on the V1 runner from 0.19: ``forward_native`` calls ``apply_top_k_top_p``,
+# which takes ``apply_top_k_top_p_triton`` whenever Triton is installed (a dependency of CUDA
+# torch) and the batch has at least 8 rows (v1/sample/ops/topk_topp_sampler.py, read alike in
+# 0.19.0, 0.20.0, 0.21.0, 0.22.0, 0.24.0-0.27.1 and 0.29.0); that kernel filters the fp32 logits in
+# place with one num_SMs x vocab buffer (topk_topp_triton.py), so a V1 start with FlashInfer's
+# sampler off peaks like one with it (SAMPLER_LOGIT_COPIES). 0.11.0 still sorts; the releases
+# between are not read and keep the sort (the safe side). Bench row 131 (Qwen3-Coder-30B-A3B,
+# a MoE that 0.24.0 runs on the V1 runner, 4x L40S, VLLM_USE_FLASHINFER_SAMPLER=0): -8.3 -> -5.2 %.
+# 0.22-0.28 starts that vLLM runs on Model Runner V2 with the sampler off keep the sort term as
+# the empirical stand-in of ``v2_profile_terms`` (row 108).
+TRITON_TOP_K_TOP_P_FROM = "0.19.0"
 # With speculative decoding the profile's sampler warm-up also runs the rejection sampler
 # (0.33.0 v1/worker/gpu_model_runner.py `_dummy_sampler_run`: one dummy draft token per request,
 # so fresh logits of 2 x num_reqs rows, then `RejectionSampler.forward` samples the num_reqs bonus
@@ -1064,6 +1075,18 @@ def flashinfer_sampling(args: ResolvedArgs) -> bool:
     return args.optional_kernels and args.flashinfer_sampler
 
 
+def native_sampler_sorts(
+    arch: Architecture, args: ResolvedArgs, quant: Quantization | None
+) -> bool:
+    """Whether a start without FlashInfer's sampler pays the PyTorch sort of the native top-k/top-p
+    path (SAMPLER_LOGIT_COPIES_NATIVE): before TRITON_TOP_K_TOP_P_FROM, and on the 0.22-0.28 Model
+    Runner V2 starts that keep the V1 terms (the empirical row-108 rule of ``v2_profile_terms``).
+    A V1-runner start from 0.19 filters in place with Triton instead."""
+    if not VllmVersion.parse(args.vllm_version).at_least(TRITON_TOP_K_TOP_P_FROM):
+        return True
+    return v2_runner_without_graph_estimate(arch, args, quant)
+
+
 def v2_profile_terms(arch: Architecture, args: ResolvedArgs, quant: Quantization | None) -> bool:
     """Whether the planner models this start with Model Runner V2's profile: no graph estimate
     in the KV budget, the V2 sampler's peak and the empirical vocab x hidden floor
@@ -1215,6 +1238,7 @@ def activation_bytes(
     last_stage: bool,
     v2_profile: bool = False,
     eager_v2: bool = False,
+    native_sorts: bool = True,
 ) -> float:
     """Peak torch memory of the profile run above the weights (VV §3.1 'Peak activation').
 
@@ -1236,6 +1260,7 @@ def activation_bytes(
             sem.engine is Engine.V1
             and not flashinfer_sampling(args)
             and not v2_runner_for_all(args)
+            and native_sorts
         )
         copies = SAMPLER_LOGIT_COPIES_NATIVE if native else SAMPLER_LOGIT_COPIES
         version = VllmVersion.parse(sem.version)
@@ -1752,6 +1777,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         )
     graphs_budgeted = sem.subtracts_cuda_graphs and not v2_profile
     eager_v2 = sem.subtracts_cuda_graphs and v2_eager_profile(arch, resolved, quant)
+    native_sorts = native_sampler_sorts(arch, resolved, quant)
     per_stage: list[tuple[int, int, float, float, float, float, int, int]] = []
     for stage, layers in enumerate(stages):
         last = stage == pp - 1
@@ -1784,6 +1810,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
                 last_stage=stage == pp - 1,
                 v2_profile=v2_profile,
                 eager_v2=eager_v2,
+                native_sorts=native_sorts,
             )
             / GIB
         )
