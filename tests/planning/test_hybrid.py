@@ -264,7 +264,7 @@ def test_nvfp4_is_four_and_a_half_bits(
 
 def test_modelopt_flag_matches_an_nvfp4_checkpoint() -> None:
     """`--quantization modelopt` is how such checkpoints are served (row 54)."""
-    arch = lookup_architecture("qwen3.6-35b-a3b-nvfp4 (modelopt)")
+    arch = lookup_architecture("nvidia/Qwen3.6-35B-A3B-NVFP4")
     gpu = gpu_memory(lookup_gpu("NVIDIA-GeForce-RTX-5090"))
     est = estimate_memory(
         arch,
@@ -465,6 +465,15 @@ def test_mixed_precision_reads_the_per_layer_formats_when_the_config_lists_them(
     head = 248320 * 2048 * (2 - 0.5625)
     shared = 40 * (3 * 2048 * 512 + 2048) * (1 - 0.5625)  # + shared_expert_gate (h x 1)
     assert without - with_head == pytest.approx(head + shared, rel=1e-6)
+
+
+def test_nvidias_mixed_nvfp4_checkpoint_names_w4a16_layers() -> None:
+    """nvidia/Qwen3.6-35B-A3B-NVFP4 lists its experts, shared experts and lm_head as W4A16_NVFP4
+    (NVFP4 storage, 16-bit activations: vLLM modelopt.py ModelOptNvFp4W4A16LinearMethod) and its
+    attention / GDN projections as FP8; an unknown algo name would count 8 bits."""
+    quant = lookup_architecture("nvidia/Qwen3.6-35B-A3B-NVFP4").quantization
+    assert quant is not None and quant.method is QuantMethod.NVFP4
+    assert (quant.dense_bits, quant.shared_expert_bits, quant.lm_head_bits) == (8.0, 4.5, 4.5)
 
 
 def test_qwen3_next_from_the_catalog_and_a_hybrid_from_the_hub_gateway() -> None:

@@ -387,7 +387,12 @@ def _quantization_from_config(qc: dict[str, Any] | None) -> Quantization | None:
     )
 
 
-_ALGO_BITS = {"NVFP4": 4.5, "FP8": 8.0, "W4A8_AWQ": 4.25, "INT8": 8.0}
+# Stored bits per parameter of each per-layer quant_algo. W4A16_NVFP4 stores NVFP4 (E2M1 values and
+# one FP8 scale per 16) and runs it with 16-bit activations on Marlin: vLLM 0.24.0
+# quantization/modelopt.py lists it beside NVFP4 among the quant algos and serves it with
+# ModelOptNvFp4W4A16LinearMethod / ModelOptNvFp4FusedMoE over the NVFP4 weight layout
+# (nvidia/Qwen3.6-35B-A3B-NVFP4 names its experts, shared experts and lm_head so).
+_ALGO_BITS = {"NVFP4": 4.5, "W4A16_NVFP4": 4.5, "FP8": 8.0, "W4A8_AWQ": 4.25, "INT8": 8.0}
 
 
 def _mixed_layer_bits(layers: dict[str, Any]) -> tuple[float, float | None, float | None]:

@@ -63,8 +63,8 @@ WIDEST_MARGIN = 0.09
 KV_MARGINS: dict[tuple[str, str, str], tuple[float, int, float]] = {
     ("0.20+ (graphs subtracted, util 0.92)", "Ada (sm89)", "8-bit (FP8/INT8)"): (0.06, 6, 5.4),
     ("0.20+ (graphs subtracted, util 0.92)", "Ada (sm89)", "AWQ/GPTQ (int4)"): (0.06, 7, 5.8),
-    ("0.20+ (graphs subtracted, util 0.92)", "Ada (sm89)", "bf16"): (0.09, 17, 4.9),
-    ("0.20+ (graphs subtracted, util 0.92)", "Ampere (sm80/sm86)", "bf16"): (0.05, 6, 4.1),
+    ("0.20+ (graphs subtracted, util 0.92)", "Ada (sm89)", "bf16"): (0.09, 21, 4.6),
+    ("0.20+ (graphs subtracted, util 0.92)", "Ampere (sm80/sm86)", "bf16"): (0.04, 8, 3.6),
     (
         "0.20+ (graphs subtracted, util 0.92)",
         "Blackwell workstation/consumer (sm12x)",
@@ -75,6 +75,7 @@ KV_MARGINS: dict[tuple[str, str, str], tuple[float, int, float]] = {
         5,
         6.3,
     ),
+    ("0.20+ (graphs subtracted, util 0.92)", "Hopper (sm90)", "bf16"): (0.02, 9, 1.4),
     ("0.17-0.19", "Hopper (sm90)", "8-bit (FP8/INT8)"): (0.02, 5, 0.6),
     ("0.17-0.19", "Hopper (sm90)", "bf16"): (0.02, 19, 1.1),
 }

@@ -917,7 +917,10 @@ MOE_GRAPH_BUFFERS_UNTIL = "0.28.0"
 # non-torch: bench row 106 (Qwen3-32B-AWQ, RTX 5090, 0.28.0) +1.74 GiB, row 107 (Qwen3-14B-AWQ, same
 # card and release) +1.63 GiB, row 86 (Qwen3-8B-AWQ, RTX 5070 Ti, 0.30.0) about +1.3 GiB. Each is
 # about one unquantised vocab x hidden matrix in the activation dtype (1.45 GiB for hidden 5120,
-# 1.16 GiB for 4096). EMPIRICAL, not derived from vLLM's code: the mechanism was not found (0.33.0's
+# 1.16 GiB for 4096): the size of the embedding table the first compile benchmarks, whose segment
+# the allocator keeps in about half of cold TP1 text-only starts (see the comment on the vocab x
+# hidden floor before V2_FOR_ALL_FROM). EMPIRICAL as a term: that it
+# lands on these cards' int4 starts and not on others is not derived from vLLM's code (0.33.0's
 # base_loader.py empties the caching allocator after ``process_weights_after_loading`` and
 # ``memory_profiling`` empties it again before measuring, so a freed pre-repack copy should not be
 # counted; Marlin serves AWQ/GPTQ on sm89 as well, and the sm89 rows 46-49 of the same checkpoint and
@@ -1023,6 +1026,24 @@ def v2_runner_without_graph_estimate(
 # as close (KV error, V1 terms -> V2 terms): rows 63 -4.7 -> +0.0 %, 72 -6.2 -> -1.1 %, 73 -4.2 ->
 # +1.1 %, 84 -1.7 -> -0.0 %, 87 -8.0 -> -2.3 %, 90 -9.8 -> -1.7 %, 115 -5.0 -> -3.6 %, 117 -7.9 ->
 # -1.2 % (its ledger: peak 1.22 predicted, 1.18 logged), 123 -4.0 -> -2.6 %, 127 -30.0 -> +1.4 %.
+# The likely source of that matrix, read since: from torch 2.9 vLLM turns on TorchInductor's combo
+# kernels with benchmarking (config/compilation.py ``__post_init__`` sets ``combo_kernels`` and
+# ``benchmark_combo_kernel``; read alike in 0.19.0-0.29.0, 0.33.0 keeps it unless the compile is
+# deterministic), and a text-only model's embedding lookup is in the compiled graph
+# (vocab_parallel_embedding.py: ``F.embedding`` at TP1, the masked lookup at TP>1 until 0.29, whose
+# ``use_fused_embedding`` calls vLLM's own CUDA op at TP>1; 0.27.1 lacks it), so the first compile
+# benchmarks a Triton gather whose random inputs include a copy of the (vocab / TP) x hidden table,
+# beside two [tokens, hidden] outputs. A public memory calculator's notes give the same mechanism
+# with a GPU memory-history probe (code index id 70586505127: Gemma 4 31B --language-model-only,
+# 2,994,733,056 B predicted, 2,995,739,688 B logged) and find that the allocator keeps the table's
+# segment, as consumed memory, in 10 of 21 cold TP1 text-only boots (Qwen3-32B: A100 none, H100
+# 1.45 GiB), the "none, one or two times" above. A warm compile cache runs no benchmark (rows 117-119,
+# 133-139). That peak as a term of every compiled text-only start from 0.19 (V x H / TP x b +
+# 2 x T x H x b, replacing this floor) was measured and not kept: rows 133-136 (Qwen3-4B on an L4,
+# 0.29.0, cold) +4.0 / +4.6 / +8.7 / +4.3 -> +2.3 / +2.9 / +6.8 / +2.6 %, but row 125 (Qwen3-8B on
+# an A10G, 0.30.0, cold) +0.9 -> -19.1 %, 146 (Qwen2.5-7B on an L4, 0.31.0, a fresh pod) -0.3 ->
+# -12.8 %, 148/149 (the same on an RTX 4090) +3.6 -> -5.8 %, and the 0.20+ era p90 4.7 -> 5.5 %:
+# not every cold compile peaks with it, and which ones do is not established.
 # EXCEPT with FlashInfer's sampler off (``flashinfer_sampling`` False: a bare pip install, or
 # VLLM_USE_FLASHINFER_SAMPLER=0 in the container's env): row 108 (Qwen2.5-7B BF16 on an RTX 4090,
 # 0.27.1, the sampler off) leaves 2.40 GiB beside weights, non-torch and KV, two vocab x hidden matrices, where rows 63/72/73
