@@ -5,7 +5,7 @@ import re
 import pytest
 
 from tests.planning.test_bench import load_bench
-from vllm_operator.api.spec import LatencyProfile
+from vllm_operator.api.spec import LatencyProfile, VLLMServiceSpec
 from vllm_operator.catalog.architectures import Architecture, lookup_architecture
 from vllm_operator.catalog.gpus import lookup_gpu
 from vllm_operator.planning.fidelity import (
@@ -239,3 +239,83 @@ def test_a_plan_leaves_the_post_kv_slack_outside_the_budget() -> None:
     assert result.engine_args.gpu_memory_utilization == 0.97
     assert any("after the KV cache" in r and "lowered to 0.97" in r for r in result.reasons)
     assert not any("may fail" in r for r in result.reasons)
+
+
+GIB = 2**30
+
+
+def _segment(arch: Architecture, version: str, **args: object) -> float:
+    """The reserve of an engine without expandable segments (vLLM's own default)."""
+    gpu = gpu_memory(lookup_gpu("NVIDIA-H100-80GB-HBM3"))
+    est = estimate_memory(arch, gpu, EngineArgs(vllm_version=version, max_model_len=4096, **args))
+    return est.compile_segment_gib
+
+
+def test_a_cold_first_compile_may_keep_the_embedding_table_it_benchmarks() -> None:
+    """The reserve is the (vocab padded to 64) x hidden table per TP rank in the model dtype,
+    where the compiled graph holds the embedding lookup (vLLM 0.19+, combo-kernel benchmarking):
+    Llama-3.1-8B 128,256 x 4,096 x 2 B; none eager, none at TP>1 from 0.29 (vLLM's fused
+    embedding op), half per rank at TP2 before it, none before 0.19."""
+    table = 128256 * 4096 * 2 / GIB
+    assert _segment(LLAMA8, "0.33.0") == pytest.approx(table, abs=1e-3)
+    assert _segment(LLAMA8, "0.33.0", enforce_eager=True) == 0.0
+    assert _segment(LLAMA8, "0.33.0", tensor_parallel_size=2) == 0.0
+    assert _segment(LLAMA8, "0.28.0", tensor_parallel_size=2) == pytest.approx(table / 2, abs=1e-3)
+    assert _segment(LLAMA8, "0.18.0") == 0.0
+    gemma = lookup_architecture("google/gemma-3-27b-it")
+    assert gemma.is_multimodal and _segment(gemma, "0.33.0") == 0.0  # embeddings outside the graph
+    # expandable segments: empty_cache() unmaps every free page, the table's too
+    assert _segment(LLAMA8, "0.33.0", expandable_segments=True) == 0.0
+
+
+@pytest.mark.parametrize("concurrency", range(1, 9))
+def test_a_plan_holds_its_target_even_if_the_first_compile_keeps_the_table(
+    concurrency: int,
+) -> None:
+    """Llama-3.1-8B on one L4 at 4,096 tokens (the README example) in a pod without expandable
+    segments: a plan that does not warn holds its target with the table kept (about a quarter of
+    the L4's KV cache), and says so where the table sets the margin; one that cannot promises
+    only what is left."""
+    intent = PlanIntent(
+        p99_context_tokens=4096,
+        concurrency=concurrency,
+        vllm_version="0.33.0",
+        expandable_segments=False,  # a KV connector's pod
+    )
+    result = plan_pool(intent, lookup_gpu("NVIDIA-L4"), LLAMA8)
+    assert isinstance(result, PoolPlan) and result.memory is not None
+    table = 128256 * 4096 * 2 / GIB
+    mem = result.memory
+    kept = mem.kv_cache_tokens * (1 - table / mem.kv_cache_gib) / 4096
+    notes = [r for r in result.reasons if r.startswith("KV margin")]
+    warned = [r for r in result.reasons if "within the model's error" in r]
+    if warned:
+        assert mem.concurrency_at_p99 == pytest.approx(kept, abs=0.01)
+        assert "first compile" in warned[0]
+    else:
+        assert kept >= concurrency
+        assert notes and "first compile" in notes[0] and "0.98 GiB" in notes[0]
+
+
+def test_the_operators_pods_take_no_reserve_and_a_kv_connectors_pod_does() -> None:
+    """The operator's pods run with expandable segments, so their plans hold nothing back for
+    the table; a service with a KV connector runs without them (vLLM refuses the pair), and its
+    plan keeps the table back: a smaller prefill chunk for the README example."""
+    spec = {
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+        "vllm": {"version": "0.33.0"},
+        "workload": {"p99ContextTokens": 4096, "concurrency": 6},
+        "placement": {"gpuTypes": ["NVIDIA-L4"]},
+    }
+    plain = PlanIntent.from_spec(VLLMServiceSpec.model_validate(spec))
+    nixl = '{"kv_connector": "NixlConnector", "kv_role": "kv_both"}'
+    spec["vllm"] = {"version": "0.33.0", "extraArgs": {"--kv-transfer-config": nixl}}
+    connector = PlanIntent.from_spec(VLLMServiceSpec.model_validate(spec))
+    assert plain.expandable_segments and not connector.expandable_segments
+    a = plan_pool(plain, lookup_gpu("NVIDIA-L4"), LLAMA8)
+    b = plan_pool(connector, lookup_gpu("NVIDIA-L4"), LLAMA8)
+    assert isinstance(a, PoolPlan) and isinstance(b, PoolPlan)
+    assert not any("first compile" in r for r in a.reasons)
+    assert any("first compile" in r for r in b.reasons)
+    chunk_a, chunk_b = a.engine_args.max_num_batched_tokens, b.engine_args.max_num_batched_tokens
+    assert chunk_a is not None and chunk_b is not None and chunk_b < chunk_a

@@ -434,6 +434,7 @@ def test_a_plan_resting_on_a_measured_capacity_is_judged_against_it() -> None:
     observation = StatusObservation(
         key=observation_key(service.spec, GPU, plan.planned_args()),
         max_num_seqs=plan.planned_args().max_num_seqs,
+        max_num_batched_tokens=plan.planned_args().max_num_batched_tokens,
         kv_cache_tokens=measured,
         predicted_kv_cache_tokens=predicted,
         deviation_percent=-20.0,

@@ -10,6 +10,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from vllm_operator.api.spec import EnvVar, LatencyProfile, PrefixCaching, VLLMServiceSpec
+from vllm_operator.catalog.vllm.values import configures_kv_connector
 from vllm_operator.planning.adapters import Adapters, adapters_from_extra_args
 from vllm_operator.planning.errors import PlanningInputError
 from vllm_operator.planning.versions import DEFAULT_VLLM_VERSION
@@ -79,6 +80,12 @@ class PlanIntent(BaseModel):
         description="FlashInfer's top-k/top-p sampler is on: spec.vllm.env does not set "
         "VLLM_USE_FLASHINFER_SAMPLER=0 (memory.EngineArgs.flashinfer_sampler).",
     )
+    expandable_segments: bool = Field(
+        default=True,
+        description="The pod's allocator runs with expandable segments: the operator sets "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True unless extraArgs configure a KV "
+        "connector (memory.EngineArgs.expandable_segments).",
+    )
 
     @classmethod
     def from_spec(cls, spec: VLLMServiceSpec) -> "PlanIntent":
@@ -103,6 +110,9 @@ class PlanIntent(BaseModel):
             vllm_version=spec.vllm.version or DEFAULT_VLLM_VERSION,
             adapters=adapters,
             flashinfer_sampler=flashinfer_sampler_on(spec.vllm.env),
+            expandable_segments=not configures_kv_connector(
+                spec.vllm.version or DEFAULT_VLLM_VERSION, spec.vllm.extra_args
+            ),
         )
 
 

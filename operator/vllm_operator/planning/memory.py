@@ -181,6 +181,13 @@ class EngineArgs(BaseModel):
         "runner's native sort and, before 0.29, no Model Runner V2 terms for an unquantised "
         "start (v2_profile_terms).",
     )
+    expandable_segments: bool = Field(
+        default=False,
+        description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the container's env (the "
+        "operator's pods set it unless a KV connector is configured; vLLM does not): the caching "
+        "allocator then unmaps the free pages of partly used segments, so a cold compile's "
+        "benchmark table is never kept (compile_segment_bytes).",
+    )
     speculative_method: str | None = Field(
         default=None, description="--speculative-config method (mtp, eagle, eagle3, ngram, ...)."
     )
@@ -253,6 +260,7 @@ class ResolvedArgs(BaseModel):
     vllm_version: str
     optional_kernels: bool = True
     flashinfer_sampler: bool = True
+    expandable_segments: bool = False
     speculative_method: str | None = None
     num_speculative_tokens: int = 0
     max_loras: int = 0
@@ -334,6 +342,12 @@ class MemoryEstimate(BaseModel):
     cuda_graph_gib: float
     cuda_graph_subtracted: bool
     kv_cache_gib: float
+    compile_segment_gib: float = Field(
+        default=0.0,
+        description="KV cache a cold first compile may lose: the embedding table copy its "
+        "benchmark allocates, which the allocator keeps as consumed memory in about half of cold "
+        "starts. Not in kv_cache_gib; plans keep it as a reserve.",
+    )
     kv_bytes_per_token: int
     kv_cache_tokens: int
     num_gpu_blocks: int
@@ -959,6 +973,56 @@ def sm12x_int4_excess_bytes(
     ):
         return 0.0
     return arch.vocab_size * arch.hidden_size / tp * dtype_bytes(dtype)
+
+
+# The first compile's embedding benchmark as a plan reserve, not a prediction. From torch 2.9 vLLM
+# compiles with TorchInductor's combo kernels and benchmarks them (config/compilation.py
+# ``__post_init__``: ``combo_kernels`` and ``benchmark_combo_kernel``, read alike in 0.19.0, 0.29.0 and
+# 0.33.0), and a text-only model's embedding lookup is in the compiled graph (at TP1; at TP>1 until
+# 0.29.0's fused embedding op), so a cold first compile allocates a copy of the (padded vocab / TP) x
+# hidden table. vLLM's profiler counts as consumed memory whatever the caching allocator cannot give
+# back after the profile run (utils/mem_utils.py ``memory_profiling``: free memory at the instance's
+# start minus free memory after ``empty_cache()``), and the allocator can give a segment back only
+# when all of it is free: a long-lived allocation that lands in the freed table (the cuBLAS
+# workspace, the fused-MoE workspace) keeps the whole segment. That happens in about half of cold
+# starts and no rule on the configuration predicts which: bench rows 73, 106, 107 and 133-136 keep it
+# (Qwen3-4B BF16 on an L4 with four attention backends, +0.71 GiB of consumed memory over the warm
+# row 139), rows 61, 63, 117, 125, 137, 138 and 140-149 do not (Qwen3-4B with online FP8 on the same
+# L4; Qwen2.5-7B on ten GPUs), and a public calculator's cohort (mondegreens/apron, code index ids
+# 70586505127 and 70738897964) counts 10 of 21 cold TP1 text-only boots, the same model going both
+# ways by GPU (Qwen3-32B: A100 none, H100 1.45 GiB). Modelled as consumed memory on every such start
+# it puts rows 91-95, 125 and 146 at -22 to -37 %; left out, row 135 is +8.7 %. So the prediction
+# leaves it out and the plan keeps it as a reserve (plan.py ``kv_reserve``): a pod's first start must
+# hold its target even if the segment is kept, so a plan's KV margin is at least this share of its
+# KV cache. A warm compile cache (rows 118, 119, 139), enforce_eager and multimodal inputs (their
+# embeddings are computed outside the graph) run no such benchmark. The sm12x int4 term above already
+# counts the same matrix in the prediction, so such starts take no reserve on top. Nor does an
+# engine whose allocator runs with expandable segments (PYTORCH_CUDA_ALLOC_CONF, which the
+# operator's pods set unless a KV connector is configured: rendering/workload.py): PyTorch's
+# ``release_blocks`` (c10/cuda/CUDACachingAllocator.cpp) gives back only unsplit blocks of ordinary
+# segments but unmaps every free block of an expandable one, so ``empty_cache()`` returns the
+# table's pages whatever else lives beside them. That follows from the allocator's code; no bench
+# row is known to have run with the setting.
+COMPILE_SEGMENT_FROM = "0.19.0"
+FUSED_TP_EMBEDDING_FROM = "0.29.0"
+EMBEDDING_PAD = 64  # vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
+
+
+def compile_segment_bytes(arch: Architecture, args: ResolvedArgs) -> float:
+    """Bytes of the embedding table copy a cold first compile benchmarks, which the allocator may
+    keep as consumed memory (see COMPILE_SEGMENT_FROM); 0 where no such benchmark runs."""
+    version = VllmVersion.parse(args.vllm_version)
+    tp = args.tensor_parallel_size
+    if (
+        args.enforce_eager
+        or args.expandable_segments
+        or not version.at_least(COMPILE_SEGMENT_FROM)
+        or (arch.is_multimodal and not args.language_model_only)
+        or (tp > 1 and version.at_least(FUSED_TP_EMBEDDING_FROM))
+    ):
+        return 0.0
+    vocab = _round_up(arch.vocab_size, EMBEDDING_PAD)
+    return vocab * arch.hidden_size / tp * dtype_bytes(args.dtype)
 
 
 # Model Runner V2 (v1/worker/gpu/model_runner.py) measures no CUDA-graph memory before 0.29: its
@@ -1716,6 +1780,7 @@ def resolve_args(
         vllm_version=version.text,
         optional_kernels=args.optional_kernels,
         flashinfer_sampler=args.flashinfer_sampler,
+        expandable_segments=args.expandable_segments,
         speculative_method=args.speculative_method if args.num_speculative_tokens else None,
         num_speculative_tokens=args.num_speculative_tokens if args.speculative_method else 0,
         max_loras=args.max_loras,
@@ -1960,6 +2025,9 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         cuda_graph_gib=round(cg, 4),
         cuda_graph_subtracted=graphs_budgeted,
         kv_cache_gib=round(max(kv, 0.0), 4),
+        compile_segment_gib=0.0
+        if int4_excess
+        else round(compile_segment_bytes(arch, resolved) / GIB, 4),
         kv_bytes_per_token=per_token,
         kv_cache_tokens=tokens,
         num_gpu_blocks=blocks,

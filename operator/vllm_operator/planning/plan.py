@@ -259,6 +259,7 @@ def adapter_args(intent: PlanIntent) -> dict[str, Any]:
     a = intent.adapters
     return {
         "flashinfer_sampler": intent.flashinfer_sampler,
+        "expandable_segments": intent.expandable_segments,
         "speculative_method": a.speculative_method,
         "num_speculative_tokens": a.num_speculative_tokens,
         "max_loras": a.max_loras,
@@ -285,10 +286,33 @@ def _batched_tokens(
     return max(wanted, seqs)  # vLLM: max_num_batched_tokens >= max_num_seqs
 
 
+def kv_reserve(est: MemoryEstimate, margin: float) -> float:
+    """The share of this candidate's predicted KV cache a plan holds back: the model's measured
+    error (`margin`, planning/fidelity.py), or what a cold first compile may keep of it
+    (MemoryEstimate.compile_segment_gib: a pod's first start must hold the target either way),
+    whichever is larger. None of it when `margin` is 0: a plan that trusts the model exactly, or
+    an engine's own measurement."""
+    if margin <= 0.0:
+        return 0.0
+    if est.kv_cache_gib <= 0.0:
+        return margin
+    return min(1.0, max(margin, est.compile_segment_gib / est.kv_cache_gib))
+
+
+def _reserve_why(est: MemoryEstimate, margin: float, why: str) -> str:
+    """`why` of the margin, with the first compile's table named when it sets the reserve."""
+    if kv_reserve(est, margin) <= margin:
+        return why
+    return (
+        f"{why}; more for a cold first compile, which may keep the {est.compile_segment_gib:.2f} "
+        "GiB embedding table copy its benchmark allocates as consumed memory"
+    )
+
+
 def _fits(est: MemoryEstimate, intent: PlanIntent, margin: float = 0.0) -> bool:
-    """vLLM starts and the KV cache holds the target, after taking `margin` (the model's own
-    measured error, planning/fidelity.py) off the predicted tokens."""
-    usable = sequences_at(est, intent.p99_context_tokens) * (1.0 - margin)
+    """vLLM starts and the KV cache holds the target, after taking the plan's reserve (kv_reserve:
+    the model's own measured error, or a cold first compile's table) off the predicted tokens."""
+    usable = sequences_at(est, intent.p99_context_tokens) * (1.0 - kv_reserve(est, margin))
     return est.fits and usable >= intent.concurrency
 
 
@@ -602,7 +626,7 @@ def plan_pool(
             more_nodes=lambda nodes: search_pool(pp=nodes)[0],
         )
     conc = sequences_at(est, intent.p99_context_tokens)
-    promised = conc * (1.0 - margin) if within_error else conc
+    promised = conc * (1.0 - kv_reserve(est, margin)) if within_error else conc
     predicted: int | None = None
     if observed is not None:
         predicted = _estimate(
@@ -803,6 +827,10 @@ def _fidelity_reasons(
     margin, when only the margin-less plan fits (the target then rests on the model being right
     within its error).
     """
+    held = with_margin or bare
+    by_compile = kv_reserve(held, margin) > margin
+    why = _reserve_why(held, margin, why)
+    margin = kv_reserve(held, margin)
     pct = f"{margin * 100:.0f} %"
     if with_margin is None:
         conc = sequences_at(bare, intent.p99_context_tokens)
@@ -813,7 +841,7 @@ def _fidelity_reasons(
         ]
     a, b = with_margin.args, bare.args
     if a.max_num_batched_tokens == b.max_num_batched_tokens:
-        if thin_cell:
+        if thin_cell or by_compile:
             return [f"KV margin {pct} ({why}): the target holds with it"]
         return []
     return [

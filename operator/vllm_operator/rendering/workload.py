@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vllm_operator.api.security import container_security_context, pod_security_context
 from vllm_operator.api.service import API_VERSION, KIND, VLLMService
+from vllm_operator.catalog.vllm.values import configures_kv_connector
 from vllm_operator.rendering.dra import (
     GpuClaim,
     claim_pod_spec,
@@ -172,10 +173,18 @@ def startup_budget_seconds(weights_gib_total: float) -> int:
     return int(min(_STARTUP_MAX_S, math.ceil(budget / _PROBE_PERIOD_S) * _PROBE_PERIOD_S))
 
 
+def pins_kv_cache_pages(service: VLLMService) -> bool:
+    """Whether the pod must start without expandable segments: extraArgs configure a KV connector
+    (catalog.vllm.values.configures_kv_connector says why)."""
+    return configures_kv_connector(service.spec.vllm.version, service.spec.vllm.extra_args)
+
+
 def _env(service: VLLMService) -> list[Obj]:
-    env: list[Obj] = [
+    env: list[Obj] = []
+    if not pins_kv_cache_pages(service):
         # Fewer fragmentation OOMs on long-running servers (vLLM does not set it itself).
-        {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"},
+        env.append({"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"})
+    env += [
         {"name": "HF_HOME", "value": MODEL_CACHE_PATH},
         # The pod runs as a non-root UID the image has no passwd entry for: a writable HOME for
         # vLLM's, Triton's and torch.compile's caches, and USER so getpass.getuser() needs no

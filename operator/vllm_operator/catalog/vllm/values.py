@@ -9,6 +9,7 @@ release's flags come from the generated catalog.
 Values vLLM would refuse are left out here: the flag checks (validate.py) report them.
 """
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 
@@ -110,6 +111,29 @@ def extra_arg_fields(version: str, extra_args: Mapping[str, str]) -> dict[str, s
         if resolved is not None:
             out[option] = flags[resolved[0]].dest
     return out
+
+
+def configures_kv_connector(version: str, extra_args: Mapping[str, str]) -> bool:
+    """Whether extraArgs configure a KV connector (--kv-transfer-config with a kv_connector).
+
+    Connectors that register the KV cache for RDMA (NIXL, Mooncake) keep pointers to its physical
+    pages, which PyTorch's expandable segments may remap; vLLM therefore refuses a KV connector
+    under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True at startup (config/vllm.py
+    ``VllmConfig._verify_kv_transfer_compat``, read in 0.29.0, 0.31.0 and 0.33.0: "KV connector
+    ... is incompatible with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True unless
+    enable_cumem_allocator is also enabled"). The operator renders such pods without it, and the
+    planner plans their allocator accordingly.
+    """
+    for flag, field in extra_arg_fields(version, extra_args).items():
+        if field != "kv_transfer_config":
+            continue
+        try:
+            value = json.loads(extra_args[flag])
+        except ValueError:
+            continue  # not JSON: the extraArgs check refuses it before anything renders
+        if isinstance(value, dict) and value.get("kv_connector"):
+            return True
+    return False
 
 
 def argv_values(version: str, argv: Sequence[str]) -> dict[str, EngineValue]:
