@@ -977,8 +977,9 @@ def sm12x_int4_excess_bytes(
 
 # The first compile's embedding benchmark as a plan reserve, not a prediction. From torch 2.9 vLLM
 # compiles with TorchInductor's combo kernels and benchmarks them (config/compilation.py
-# ``__post_init__``: ``combo_kernels`` and ``benchmark_combo_kernel``, read alike in 0.19.0, 0.29.0 and
-# 0.33.0), and a text-only model's embedding lookup is in the compiled graph (at TP1; at TP>1 until
+# ``__post_init__``: ``combo_kernels`` and ``benchmark_combo_kernel``, read alike in 0.11.1, 0.11.2,
+# 0.12.0, 0.18.0, 0.29.0 and 0.33.0; 0.11.1 is the first release on torch 2.9.0, 0.11.0 pins torch
+# 2.8.0 and lacks the setting), and a text-only model's embedding lookup is in the compiled graph (at TP1; at TP>1 until
 # 0.29.0's fused embedding op), so a cold first compile allocates a copy of the (padded vocab / TP) x
 # hidden table. vLLM's profiler counts as consumed memory whatever the caching allocator cannot give
 # back after the profile run (utils/mem_utils.py ``memory_profiling``: free memory at the instance's
@@ -1003,7 +1004,7 @@ def sm12x_int4_excess_bytes(
 # segments but unmaps every free block of an expandable one, so ``empty_cache()`` returns the
 # table's pages whatever else lives beside them. That follows from the allocator's code; no bench
 # row is known to have run with the setting.
-COMPILE_SEGMENT_FROM = "0.19.0"
+COMPILE_SEGMENT_FROM = "0.11.1"
 FUSED_TP_EMBEDDING_FROM = "0.29.0"
 EMBEDDING_PAD = 64  # vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
 
