@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from e2e.kube import ApiError, Kube, load_manifests, wait_for
+from e2e.kube import ApiError, Kube, WaitTimeout, load_manifests, wait_for
 
 __all__ = [
     "Binaries",
@@ -65,6 +65,8 @@ LOGS_CRD_FILE = REPO_ROOT / "hack" / "kwok" / "logs-crd.yaml"
 NODES_FILE = Path(__file__).resolve().parent / "nodes.yaml"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 LOGS_API_VERSION = "kwok.x-k8s.io/v1alpha1"
+# How long a set pod log may go unserved before its Logs object is applied again (set_pod_log).
+POD_LOG_NUDGE_S = 3.0
 STATE_FILE = "cluster.json"
 GPU_RESOURCE = "nvidia.com/gpu"
 VENDORED_CRDS = Path(__file__).resolve().parent / "crds"
@@ -1095,16 +1097,31 @@ class LocalCluster:
         return self.state_dir / "pod-logs"
 
     def set_pod_log(
-        self, namespace: str, pod: str, container: str, text: str, *, previous: bool = False
-    ) -> Path:
-        """Makes ``text`` the (previous, with ``previous``) log of a pod's container.
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        text: str,
+        *,
+        previous: bool = False,
+        timeout: float = 60.0,
+    ) -> str:
+        """Makes ``text`` the (previous, with ``previous``) log of a pod's container and waits
+        until the API server serves it; returns the served text.
 
         Why: kwok's pods run no container, so ``GET pods/POD/log`` has nothing to read unless a
         kwok ``Logs`` object names files for it. The text is written in the CRI log format
         kwok reads (``<RFC 3339 time> stderr F <line>``), one file per container and run
         (current, previous; the other starts empty), and the pod's Logs object is applied with
-        every container that has files. kwok picks the object up through its watch: a reader
-        waits for the log to be served (bounded) rather than assuming it is at once.
+        every container that has files. kwok picks the object up through its watch, behind a
+        cache keyed by the informer's last resourceVersion (kwok v0.8.0
+        ``config/resources/cache.go``); client-go's reflector sets that version right after it
+        queues an event and before the informer's store holds the object (``reflector.go``
+        ``handleAnyWatch``), so a read in between caches the old list under the new version
+        until the next Logs event or watch bookmark (about a minute). A cold CI run lost the
+        race: 30 s of "no logs found". So the wait re-applies the object with a new
+        ``e2e.vllm-operator.io/applied`` annotation every few seconds it is not served, which is
+        a new event and a new version, and fails after ``timeout`` naming kwok's last answer.
         """
         directory = self.pod_logs / namespace / pod
         directory.mkdir(parents=True, exist_ok=True)
@@ -1116,28 +1133,64 @@ class LocalCluster:
         for run in ("current", "previous"):
             (directory / f"{container}.{run}.log").touch()
         containers = sorted({f.name.split(".")[0] for f in directory.glob("*.log")})
-        self.kube.apply(
-            {
-                "apiVersion": LOGS_API_VERSION,
-                "kind": "Logs",
-                "metadata": {"name": pod, "namespace": namespace},
-                "spec": {
-                    "logs": [
-                        {
-                            "containers": [c],
-                            "logsFile": str(directory / f"{c}.current.log"),
-                            "previousLogsFile": str(directory / f"{c}.previous.log"),
-                        }
-                        for c in containers
-                    ]
-                },
-            }
-        )
+        applies = 0
+
+        def apply() -> None:
+            nonlocal applies
+            applies += 1
+            self.kube.apply(
+                {
+                    "apiVersion": LOGS_API_VERSION,
+                    "kind": "Logs",
+                    "metadata": {
+                        "name": pod,
+                        "namespace": namespace,
+                        "annotations": {"e2e.vllm-operator.io/applied": f"{time.time_ns()}"},
+                    },
+                    "spec": {
+                        "logs": [
+                            {
+                                "containers": [c],
+                                "logsFile": str(directory / f"{c}.current.log"),
+                                "previousLogsFile": str(directory / f"{c}.previous.log"),
+                            }
+                            for c in containers
+                        ]
+                    },
+                }
+            )
+
+        apply()
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+        query = {"container": container, **({"previous": "true"} if previous else {})}
+        want = text.splitlines()
+        last: object = None
+        nudge_at = time.monotonic() + POD_LOG_NUDGE_S
+
+        def served() -> str | None:
+            nonlocal last, nudge_at
+            try:
+                got = self.kube.read_text(path, query)
+            except ApiError as err:
+                last = err
+            else:
+                if got.splitlines() == want:
+                    return got
+                last = f"{len(got.splitlines())} lines, not the {len(want)} set"
+            if time.monotonic() >= nudge_at:
+                apply()  # a new event, so kwok's cache re-reads its informer's store
+                nudge_at = time.monotonic() + POD_LOG_NUDGE_S
+            return None
+
+        try:
+            answer = wait_for(served, timeout=timeout, what=f"the log of {namespace}/{pod}")
+        except WaitTimeout as err:
+            raise WaitTimeout(f"{err}; kwok answered {last!r} after {applies} applies") from err
         log(
             f"Set pod log pod={namespace}/{pod} container={container} previous={previous} "
-            f"file={target}"
+            f"file={target} applies={applies}"
         )
-        return target
+        return answer
 
     def add_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         """Creates simulated nodes and waits until kwok reports each Ready."""

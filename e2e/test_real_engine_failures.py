@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from e2e.conftest import Cluster
-from e2e.kube import ApiError, Kube, wait_for
+from e2e.kube import Kube, wait_for
 from e2e.localcluster import free_port, set_container_status
 from e2e.operator_process import OperatorProcess
 from e2e.realvllm import RealEngine, VllmCpu, architecture, cpu_argv, running_engine
@@ -161,16 +161,8 @@ def test_kv_too_small_for_max_model_len_is_classified_and_replanned_by_the_opera
 
         # The pod's previous container printed it and exited 1 without ever becoming Ready.
         assert cluster.local is not None
-        cluster.local.set_pod_log(namespace, pod, VLLM_CONTAINER, log, previous=True)
-        log_path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
-
-        def served() -> str | None:
-            try:
-                return kube.read_text(log_path, {"container": VLLM_CONTAINER, "previous": "true"})
-            except ApiError:
-                return None  # kwok has not seen the Logs object yet
-
-        wait_for(served, timeout=30, what="the previous log served through the API server")
+        served = cluster.local.set_pod_log(namespace, pod, VLLM_CONTAINER, log, previous=True)
+        assert served.splitlines() == log.splitlines()  # served through the API server
         set_container_status(
             kube,
             namespace,

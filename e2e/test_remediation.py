@@ -19,7 +19,7 @@ import pytest
 from tests.remediation.logfixtures import LOGS, load
 
 from e2e.conftest import EXAMPLES, Cluster
-from e2e.kube import ApiError, Kube, load_manifests, wait_for
+from e2e.kube import Kube, load_manifests, wait_for
 from e2e.localcluster import set_container_status
 from e2e.operator_process import OperatorProcess
 from e2e.prometheus import REQUIRE_ENV, PrometheusUnavailable
@@ -334,16 +334,7 @@ def test_runtime_cuda_oom_in_the_previous_log_lowers_batched_tokens(
     planned = flag(container_args(kube, namespace), "--max-num-batched-tokens")
     fixture = load(RUNTIME_OOM_LOG)
     assert fixture.expect["class"] == "runtime-cuda-oom"  # the classifier's own expectation
-    cluster.local.set_pod_log(namespace, pod, "vllm", fixture.log, previous=True)
-    log_path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
-
-    def served() -> str | None:
-        try:
-            return kube.read_text(log_path, {"container": "vllm", "previous": "true"})
-        except ApiError:
-            return None  # kwok has not seen the Logs object yet
-
-    text = wait_for(served, timeout=30, what="the previous log served through the API server")
+    text = cluster.local.set_pod_log(namespace, pod, "vllm", fixture.log, previous=True)
     assert text.splitlines() == fixture.log.splitlines()
     set_container_status(
         kube,

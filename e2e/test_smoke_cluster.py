@@ -248,24 +248,12 @@ def test_pod_logs_registered_with_kwok_are_served_through_the_api_server(
         kube.read_text(log_path, previous)
     assert unregistered.value.status == 400 and "no logs found" in str(unregistered.value)
 
-    cluster.local.set_pod_log(namespace, name, "vllm", "first\nsecond\nthird\n", previous=True)
-
-    def served() -> str | None:
-        try:
-            return kube.read_text(log_path, previous)
-        except ApiError:
-            return None  # kwok has not seen the Logs object yet
-
-    assert wait_for(served, timeout=30, what="previous log served") == "first\nsecond\nthird\n"
+    served = cluster.local.set_pod_log(
+        namespace, name, "vllm", "first\nsecond\nthird\n", previous=True
+    )
+    assert served == "first\nsecond\nthird\n"
+    assert kube.read_text(log_path, previous) == served  # served through the API server
     assert kube.read_text(log_path, {**previous, "tailLines": "1"}) == "third\n"
     assert kube.read_text(log_path, {"container": "vllm"}) == ""  # the current run: nothing yet
-    cluster.local.set_pod_log(namespace, name, "vllm", "serving\n")
-    assert (
-        wait_for(
-            lambda: kube.read_text(log_path, {"container": "vllm"}) or None,
-            timeout=30,
-            what="current log served",
-        )
-        == "serving\n"
-    )
+    assert cluster.local.set_pod_log(namespace, name, "vllm", "serving\n") == "serving\n"
     assert kube.read_text(log_path, previous) == "first\nsecond\nthird\n"  # untouched
