@@ -515,6 +515,23 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+def _mxfp4_triton_sm90(
+    compute_capability: tuple[int, int] | None,
+    version: VllmVersion | None,
+    optional_kernels: bool,
+) -> bool:
+    """Whether MXFP4 experts take vLLM's Triton (OAI triton_kernels) backend on Hopper.
+
+    The Triton kernels serve (9, 0) <= capability < (11, 0), but sm100 prefers FlashInfer's
+    TRT-LLM backend (mxfp4.py `get_mxfp4_backend`, 0.25+ oracle/mxfp4.py
+    `_get_priority_backends_for_gpt_oss`), so Triton is Hopper's backend; triton_kernels was an
+    optional package before 0.12.0 (`has_triton_kernels()`) and is bundled as
+    vllm.third_party.triton_kernels since.
+    """
+    major = compute_capability[0] if compute_capability is not None else 0
+    return major == 9 and (optional_kernels or (version is not None and version.at_least("0.12.0")))
+
+
 def mxfp4_padded_dims(
     arch: Architecture,
     *,
@@ -527,29 +544,61 @@ def mxfp4_padded_dims(
 
     vLLM pads both to the MoE kernel's tile (0.11.0 quantization/mxfp4.py create_weights,
     0.33.0 fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size):
-    Marlin (below sm90, and on sm90 without triton_kernels: an optional package in 0.11.0,
-    `has_triton_kernels()`, bundled as vllm.third_party.triton_kernels later; vllm#23278 logs
-    'marlin_utils_fp4' on an H100 at 0.10.1) intermediate to 128, hidden to 256; FlashInfer TRTLLM
-    (sm100) intermediate to 256 (128 from 0.33), hidden to 256; Triton (sm90) intermediate to 64,
-    and its Hopper MX value layout (mxfp4_utils._swizzle_mxfp4) holds hidden at a multiple of 256:
-    measured, gpt-oss-120b logs 64.38 GiB with the Triton backend at 0.14.1 (vllm#33155), which
-    the unpadded shape under-counts by 5.6 %. gpt-oss has hidden 2880: padding adds 6.7 %.
-    TRT-LLM is chosen on sm100 only (`is_device_capability(100)`; `capability.major == 10` in
-    later releases) and the Triton kernels for (9, 0) <= capability < (11, 0)
-    (mxfp4.py `_auto_select_mxfp4_backend`): sm12x (RTX PRO / RTX 50xx, GB10) takes the Marlin
-    fallback.
+    Marlin (below sm90, and on sm90 without triton_kernels; vllm#23278 logs 'marlin_utils_fp4' on
+    an H100 at 0.10.1) intermediate to 128, hidden to 256; FlashInfer TRT-LLM (sm100)
+    intermediate to 256 (128 from 0.33), hidden to 256; Triton (sm90, _mxfp4_triton_sm90)
+    intermediate to 64 and hidden as it is: its Hopper value layout pads to 16 and 32 only
+    (triton_kernels layout_details/hopper_value.py swizzle_data), and what the Triton backend
+    adds besides is its scales (mxfp4_triton_sm90_expert_bytes). gpt-oss has hidden 2880:
+    padding to 256 adds 6.7 %. TRT-LLM is chosen on sm100 only (`is_device_capability(100)`;
+    `capability.major == 10` in later releases); sm12x (RTX PRO / RTX 50xx, GB10) takes the
+    Marlin fallback.
     """
     hidden = arch.hidden_size
     inter = (arch.moe_intermediate_size or arch.intermediate_size) // tp
     major = compute_capability[0] if compute_capability is not None else 0
-    triton = optional_kernels or (version is not None and version.at_least("0.12.0"))
     if major == 10:
         return _round_up(hidden, 256), _round_up(
             inter, 128 if version is not None and version.at_least("0.33.0") else 256
         )
-    if major == 9 and triton:
-        return _round_up(hidden, 256), _round_up(inter, 64)
+    if _mxfp4_triton_sm90(compute_capability, version, optional_kernels):
+        return hidden, _round_up(inter, 64)
     return _round_up(hidden, 256), _round_up(inter, 128)
+
+
+def mxfp4_triton_sm90_expert_bytes(
+    arch: Architecture, *, hidden: int, inter: int, version: VllmVersion | None
+) -> float:
+    """Bytes of one MoE layer's MXFP4 experts on one rank after the Triton backend's processing.
+
+    Read in vLLM 0.14.1 quantization/mxfp4.py and 0.25.1 fused_moe/oracle/mxfp4.py
+    (`convert_gpt_oss_weight_to_mxfp4_moe_kernel_format`, TRITON branch):
+    - the E2M1 values, two per byte, in the Hopper value layout (rows to 16, bytes to 32:
+      triton_kernels hopper_value.py `swizzle_data`);
+    - the E8M0 scales (one per 32) swizzled into the kernel's PrecisionConfig: output features
+      to 2 * num_warps * 2 * 8 = 256 (num_warps 8), scale columns to 2 (hopper_scale.py);
+    - before 0.25.0 the loaded scales as well: the layer keeps its `w13_weight_scale` /
+      `w2_weight_scale` Parameters beside the swizzled copy; 0.25.0 adds
+      `del layer.w13_weight_scale` ("drop the now-dead weight/scale Parameters to free their
+      memory"; absent in 0.24.0);
+    - the biases in fp32 (`w13_bias.to(torch.float32)`).
+    Logged: gpt-oss-120b on one H100 64.38 GiB at 0.14.1 (vllm#33155), 61.29 GiB at 0.25.1
+    (bench row 120): the 3.1 GiB between them is the second copy of the scales, not padding.
+    """
+    experts = arch.num_experts or 1
+    out13, out2 = 2 * inter, hidden  # output features of gate_up (w13) and down (w2)
+    values = experts * (
+        _round_up(out13, 16) * _round_up(hidden // 2, 32)
+        + _round_up(out2, 16) * _round_up(inter // 2, 32)
+    )
+    loaded_scales = experts * (out13 * (hidden // 32) + out2 * (inter // 32))
+    swizzled_scales = experts * (
+        _round_up(out13, 256) * _round_up(hidden // 32, 2)
+        + _round_up(out2, 256) * _round_up(inter // 32, 2)
+    )
+    kept = loaded_scales if version is None or not version.at_least("0.25.0") else 0
+    biases = experts * (out13 + out2) * 4
+    return float(values + swizzled_scales + kept + biases)
 
 
 def decoder_layer_bytes(
@@ -615,7 +664,10 @@ def decoder_layer_bytes(
         )
         experts = arch.num_experts or 1
         routed = 0.0
-        total += experts * 3 * hid * inter * q_bytes + experts * (2 * inter + hid) * 2
+        if _mxfp4_triton_sm90(compute_capability, version, optional_kernels):
+            total += mxfp4_triton_sm90_expert_bytes(arch, hidden=hid, inter=inter, version=version)
+        else:
+            total += experts * 3 * hid * inter * q_bytes + experts * (2 * inter + hid) * 2
     total += attn_split * attn_b + attn_rep * attn_b + routed * routed_b + other_mlp * mlp_b
     total += (mlp_rep + 2 * arch.hidden_size) * unq  # router, two RMSNorms
     return total
