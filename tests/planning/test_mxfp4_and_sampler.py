@@ -120,3 +120,16 @@ def test_a_clean_0_29_hopper_start_confirms_the_kv_the_unpadded_layout_plans() -
     assert est.kv_cache_gib == pytest.approx(logged_kv, rel=0.03)
     assert est.kv_cache_gib <= logged_kv  # the safe side
     assert est.kv_cache_tokens == pytest.approx(81_951, rel=0.03)
+
+
+@pytest.mark.parametrize(
+    ("version", "inter"), [("0.26.0", 3072), ("0.27.0", 2944), ("0.33.0", 2944)]
+)
+def test_trtllm_rounds_the_intermediate_to_128_from_0_27(version: str, inter: int) -> None:
+    """fused_moe/oracle/mxfp4.py `mxfp4_round_up_hidden_size_and_intermediate_size`, TRTLLM
+    branch: round_up(intermediate, 256) in 0.25.1 and 0.26.0, 128 in 0.27.0 through 0.33.0;
+    hidden to 256 throughout. gpt-oss's 2880 goes to 3072, then 2944."""
+    dims = mxfp4_padded_dims(
+        GPT_OSS, tp=1, compute_capability=(10, 0), version=VllmVersion.parse(version)
+    )
+    assert dims == (3072, inter)

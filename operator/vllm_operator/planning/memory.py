@@ -546,7 +546,7 @@ def mxfp4_padded_dims(
     0.33.0 fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size):
     Marlin (below sm90, and on sm90 without triton_kernels; vllm#23278 logs 'marlin_utils_fp4' on
     an H100 at 0.10.1) intermediate to 128, hidden to 256; FlashInfer TRT-LLM (sm100)
-    intermediate to 256 (128 from 0.33), hidden to 256; Triton (sm90, _mxfp4_triton_sm90)
+    intermediate to 256 (128 from 0.27.0: 0.26.0 rounds to 256, 0.27.0-0.33.0 to 128), hidden to 256; Triton (sm90, _mxfp4_triton_sm90)
     intermediate to 64 and hidden as it is: its Hopper value layout pads to 16 and 32 only
     (triton_kernels layout_details/hopper_value.py swizzle_data), and what the Triton backend
     adds besides is its scales (mxfp4_triton_sm90_expert_bytes). gpt-oss has hidden 2880:
@@ -559,7 +559,7 @@ def mxfp4_padded_dims(
     major = compute_capability[0] if compute_capability is not None else 0
     if major == 10:
         return _round_up(hidden, 256), _round_up(
-            inter, 128 if version is not None and version.at_least("0.33.0") else 256
+            inter, 128 if version is not None and version.at_least("0.27.0") else 256
         )
     if _mxfp4_triton_sm90(compute_capability, version, optional_kernels):
         return hidden, _round_up(inter, 64)
