@@ -235,3 +235,31 @@ def test_blackwell_workstation_card_is_answered_offline() -> None:
     )
     assert code == 0, out
     assert json.loads(out)["gpu_total_gib"] < 97887 / 1024
+
+
+def test_estimate_takes_the_attention_backend_vllm_would_be_given() -> None:
+    """Qwen3-4B on an L4 with an fp8 KV cache (bench rows 135 / 136, vLLM 0.29.0): vLLM picks
+    FlashInfer, whose decode wrappers the graph estimate holds; --attention-backend TRITON_ATTN
+    leaves them out."""
+    common = [
+        "estimate",
+        "--model",
+        "Qwen/Qwen3-4B",
+        "--gpu",
+        "NVIDIA-L4",
+        "--kv-cache-dtype",
+        "fp8_e4m3",
+        "--vllm-version",
+        "0.29.0",
+        "-o",
+        "json",
+    ]
+    code, out = run(*common)
+    assert code == 0, out
+    auto = json.loads(out)
+    code, out = run(*common, "--attention-backend", "triton_attn")
+    assert code == 0, out
+    triton = json.loads(out)
+    assert auto["engine_args"]["attention_backend"] == "FLASHINFER"
+    assert triton["engine_args"]["attention_backend"] == "TRITON_ATTN"
+    assert triton["cuda_graph_gib"] - auto["cuda_graph_gib"] == pytest.approx(-0.289, abs=1e-3)

@@ -311,6 +311,12 @@ def _fewest_nodes(
     show_default=True,
 )
 @click.option(
+    "--attention-backend",
+    metavar="NAME",
+    help="vLLM's --attention-backend (FLASH_ATTN, FLASHINFER, TRITON_ATTN, ...); default: the "
+    "backend vLLM picks for the model, GPU and KV cache dtype.",
+)
+@click.option(
     "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
 def estimate(
@@ -341,6 +347,7 @@ def estimate(
     language_model_only: bool,
     limit_mm_per_prompt: str | None,
     mm_encoder_tp_mode: str,
+    attention_backend: str | None,
     output: str,
 ) -> None:
     """Predict vLLM's startup memory profile (weights, activation, KV cache) for engine args.
@@ -372,6 +379,8 @@ def estimate(
     if limit_mm_per_prompt:
         flags["--limit-mm-per-prompt"] = limit_mm_per_prompt
     flags["--mm-encoder-tp-mode"] = mm_encoder_tp_mode
+    if attention_backend:
+        flags["--attention-backend"] = attention_backend
     if gpus_per_node is not None and tensor_parallel_size > gpus_per_node:
         usage_error(
             f"--tensor-parallel-size {tensor_parallel_size} is above --gpus-per-node "
@@ -410,6 +419,7 @@ def estimate(
             language_model_only=adapters.language_model_only,
             limit_mm_per_prompt=adapters.limit_mm_per_prompt,
             mm_encoder_tp_mode=adapters.mm_encoder_tp_mode,
+            attention_backend=adapters.attention_backend,
         )
         if max_nodes is not None and pipeline_parallel_size is None:
             est, notes = _fewest_nodes(arch, gpu_memory(facts), args, max_nodes)

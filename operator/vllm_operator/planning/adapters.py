@@ -35,6 +35,9 @@ class Adapters(BaseModel):
     language_model_only: bool = False
     limit_mm_per_prompt: dict[str, int] | None = None
     mm_encoder_tp_mode: str = "weights"
+    # --attention-backend: FlashInfer's decode wrappers enter the CUDA-graph estimate
+    # (planning/memory.py flashinfer_graph_bytes); None lets vLLM pick
+    attention_backend: str | None = None
 
 
 def _flag(extra_args: Mapping[str, str], name: str) -> str | None:
@@ -129,6 +132,7 @@ def adapters_from_extra_args(extra_args: Mapping[str, str]) -> Adapters:
         language_model_only=_bool_flag(extra_args, "--language-model-only"),
         limit_mm_per_prompt=_mm_limits(extra_args),
         mm_encoder_tp_mode=_tp_mode(extra_args),
+        attention_backend=(_flag(extra_args, "--attention-backend") or "").strip().upper() or None,
     )
 
 

@@ -217,6 +217,11 @@ class EngineArgs(BaseModel):
         description="--mm-encoder-tp-mode: 'weights' shards the tower like the language model, "
         "'data' runs it whole on every rank.",
     )
+    attention_backend: str | None = Field(
+        default=None,
+        description="--attention-backend (FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, "
+        "...). None: vLLM picks one (resolve_attention_backend).",
+    )
 
 
 class GpuMemory(BaseModel):
@@ -270,6 +275,12 @@ class ResolvedArgs(BaseModel):
     mm_profile_tokens_per_item: int = 0
     mm_encoder_tp_mode: str = "weights"
     language_model_only: bool = False
+    attention_backend: str = "FLASH_ATTN"
+    flashinfer_decode_wrappers: bool = Field(
+        default=False,
+        description="Attention runs on FlashInfer with its own decode wrappers (not the TRT-LLM "
+        "decode path of sm10x): each captured decode batch size gets one (flashinfer_graph_bytes).",
+    )
 
 
 class HybridLayout(BaseModel):
@@ -1539,7 +1550,7 @@ def cuda_graph_gib(arch: Architecture, args: ResolvedArgs, layers: int) -> float
         share = hybrid_capture_share(capture, full_ceiling)
     else:
         share = capture_size_share(capture)
-    return floor + (full - floor) * share + moe
+    return floor + (full - floor) * share + moe + flashinfer_graph_bytes(arch, args) / GIB
 
 
 # The default capture sizes (0.33.0 config/vllm.py ``_set_cudagraph_sizes``, the same grid since
@@ -1595,6 +1606,162 @@ def hybrid_capture_share(capture: int, full_ceiling: int) -> float:
     Qwen3-8B-AWQ: +3.8 % -> +6.5 %)."""
     sizes = capture_sizes(capture) + capture_sizes(min(full_ceiling, capture))
     return min(1.0, sizes / (2 * CAPTURE_SIZES_AT_512))
+
+
+# FlashInfer's share of the CUDA-graph estimate. Each FlashInfer decode wrapper allocates an
+# 8 MiB int workspace on the GPU (flashinfer ``BatchDecodeWithPagedKVCacheWrapper.__init__``:
+# ``torch.empty((8 * 1024 * 1024,), dtype=torch.uint8, device=...)``; so does the prefill
+# wrapper), and vLLM keeps one wrapper per captured decode batch size
+# (v1/attention/backends/flashinfer.py ``_get_decode_wrapper(batch_size, use_cudagraph=True)``,
+# read alike in 0.29.0, 0.31.0 and 0.33.0) for pure-decode batches up to
+# ``(1 + speculative tokens) x max_num_seqs`` when the decode graphs are FULL (FlashInfer's
+# UNIFORM_SINGLE_TOKEN_DECODE support drops them to PIECEWISE under speculative decoding). The
+# shared float workspace is VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE, 394 MiB, from 0.26.0 at least
+# max_num_batched_tokens x query heads per rank x head_dim x 16 bytes.
+# Where the estimate meets them differs by runner:
+# * Model Runner V2 (0.29+): the builder's float workspace is allocated with the builders
+#   (v1/worker/gpu/attn_utils.py), before ``capture_model`` reads free memory, but the PIECEWISE
+#   captures build attention metadata too (v1/worker/gpu/cudagraph_utils.py
+#   ``prepare_inputs_to_capture``), each of a size at most max_num_seqs a pure-decode batch, so the
+#   measured capture holds one wrapper per such size plus the prefill and the plain decode wrapper
+#   (the sizes above max_num_seqs). Logged: Qwen3-4B on an L4 at 0.29.0 (bench rows 133-139), the
+#   profiling capture takes 0.73-0.74 GiB and the estimate 0.57-0.58 GiB on FlashInfer against
+#   0.37-0.43 / 0.22-0.28 GiB on FA2, FLEX_ATTENTION and TRITON_ATTN: 0.29-0.36 GiB more, where
+#   37 x 8 MiB = 0.29 GiB.
+# * The V1 runner (before 0.29): PIECEWISE dummy runs build no attention metadata, the first
+#   profiled FULL capture allocates the float workspace lazily (``_get_workspace_buffer``) and
+#   one wrapper, and the second capture's wrapper is extrapolated over the remaining FULL sizes
+#   (gpu_model_runner.py ``profile_cudagraph_memory``, 0.24.0: ``first + per_graph x (n - 1)``).
+#   Under speculative decoding there is no FULL capture and no FlashInfer memory in the estimate:
+#   the club-3090 starts of Qwen3.x-27B with MTP on FlashInfer (vLLM 0.2x, 5-7 PIECEWISE graphs)
+#   log estimates of 0.13-0.17 GiB.
+# Only FlashInfer's native decode keeps those wrappers. vLLM prefers TRT-LLM's kernels where
+# FlashInfer ships them (utils/flashinfer.py ``supports_trtllm_attention``): TRTLLM-gen on sm10x
+# (0.20.0 on), XQA decode on sm90 from 0.25.0 (not in 0.24.0) and on sm12x from 0.28.0 (not in
+# 0.27.1); they keep one global 394 MiB workspace and no per-size wrapper, and are not counted
+# here: the one bench pair that isolates it (rows 64 / 65, an RTX 5090 at 0.28.0, FA2 against
+# FlashInfer with XQA) differs by 0.21 GiB of KV, too little to place the workspace.
+# The V1 term accounts for the starts of nvidia/Qwen3.6-35B-A3B-NVFP4 on sm12x with an fp8 KV
+# cache (rows 54, 60 at 0.24.0, 68 at 0.25.1; FlashInfer, native decode, one sequence up to 8):
+# 0.28-0.31 GiB of KV below the prediction without it, 0.39 GiB with it.
+FLASHINFER_WRAPPER_WORKSPACE_BYTES = 8 * 1024 * 1024
+FLASHINFER_WORKSPACE_BYTES = 394 * 1024 * 1024
+FLASHINFER_WORKSPACE_BYTES_PER_HEAD_ELEM = 16
+FLASHINFER_WORKSPACE_BY_HEADS_FROM = "0.26.0"
+FLASHINFER_TRTLLM_DECODE_MAJOR = 10
+FLASHINFER_XQA_DECODE_FROM = {9: "0.25.0", 12: "0.28.0"}
+FLASHINFER_GRAPH_TERM_FROM = "0.20.0"
+# vLLM's pick when --attention-backend is not given (platforms/cuda.py
+# ``_get_backend_priorities``, read alike in 0.24.0, 0.27.1, 0.29.0, 0.31.0 and 0.33.0): sm10x
+# lists FLASHINFER first, every other CUDA GPU FLASH_ATTN, FLASHINFER, TRITON_ATTN,
+# FLEX_ATTENTION, and the first that supports the start serves it. FlashAttention runs on sm80+,
+# head sizes that are multiples of 8 up to 256, attention sinks only as FA3 / FA4, and stores an
+# fp8 KV cache only as FA3 on sm90 or FA4 on sm10x (v1/attention/backends/fa_utils.py
+# ``flash_attn_supports_kv_cache_dtype``). FlashInfer serves compute capability 7.5-12.1 (0.29.0
+# alone raised the floor to 8.0, flashinfer#3620), head sizes 64, 128, 256 (and 512 from 0.29),
+# and sinks only on sm10x (TRT-LLM). So an fp8 KV cache on Ampere, Ada or sm12x runs on
+# FlashInfer, as bench row 135 logs ("Using FLASHINFER attention backend out of potential
+# backends: ['FLASHINFER', 'TRITON_ATTN']", an L4 at 0.29.0). MLA models have their own list and
+# are reported as "MLA" (no FlashInfer term).
+FLASH_ATTN_MIN_CC = (8, 0)
+FLASHINFER_MIN_CC = (7, 5)
+FLASHINFER_MAX_CC = (12, 1)
+FLASHINFER_SM80_FLOOR = ("0.29.0", "0.30.0")
+
+
+def _has_attention_sinks(arch: Architecture) -> bool:
+    """gpt-oss's attention sinks (the one family in the catalog with them)."""
+    return arch.model_type.startswith("gpt_oss")
+
+
+def resolve_attention_backend(
+    arch: Architecture,
+    args: EngineArgs,
+    compute_capability: tuple[int, int] | None,
+    version: VllmVersion,
+    *,
+    fp8_kv: bool,
+) -> str:
+    """The attention backend vLLM runs this start on: --attention-backend when given, else the
+    first of vLLM's priority list that supports the model, the GPU and the KV cache dtype (see
+    FLASH_ATTN_MIN_CC). "unknown" where the GPU's compute capability is not known."""
+    if args.attention_backend:
+        return args.attention_backend.upper()
+    if arch.is_mla:
+        return "MLA"
+    if compute_capability is None:
+        return "unknown"
+    major = compute_capability[0]
+    sinks = _has_attention_sinks(arch)
+    head = arch.head_dim
+    fa = (
+        compute_capability >= FLASH_ATTN_MIN_CC
+        and head % 8 == 0
+        and head <= 256
+        and (not fp8_kv or major in (9, 10))
+        and (not sinks or major in (9, 10))
+    )
+    lo, hi = FLASHINFER_SM80_FLOOR
+    floor = (8, 0) if version.at_least(lo) and not version.at_least(hi) else FLASHINFER_MIN_CC
+    heads = (64, 128, 256, 512) if version.at_least(lo) else (64, 128, 256)
+    fi = (
+        floor <= compute_capability <= FLASHINFER_MAX_CC
+        and head in heads
+        and (not sinks or major == FLASHINFER_TRTLLM_DECODE_MAJOR)
+    )
+    if major == FLASHINFER_TRTLLM_DECODE_MAJOR and fi:
+        return "FLASHINFER"
+    if fa:
+        return "FLASH_ATTN"
+    if fi:
+        return "FLASHINFER"
+    return "TRITON_ATTN"
+
+
+def flashinfer_native_decode(
+    compute_capability: tuple[int, int] | None, version: VllmVersion
+) -> bool:
+    """Whether FlashInfer decodes with its own wrappers on this GPU and release, not TRT-LLM's
+    kernels (see FLASHINFER_XQA_DECODE_FROM). False where the capability is not known."""
+    if compute_capability is None:
+        return False
+    major = compute_capability[0]
+    if major == FLASHINFER_TRTLLM_DECODE_MAJOR:
+        return False
+    since = FLASHINFER_XQA_DECODE_FROM.get(major)
+    return since is None or not version.at_least(since)
+
+
+def flashinfer_graph_bytes(arch: Architecture, args: ResolvedArgs) -> int:
+    """What FlashInfer adds to vLLM's CUDA-graph estimate (see FLASHINFER_WRAPPER_WORKSPACE_BYTES):
+    0 off FlashInfer's own decode path, with enforce_eager, or before the 0.20 estimate."""
+    version = VllmVersion.parse(args.vllm_version)
+    if (
+        not args.flashinfer_decode_wrappers
+        or args.enforce_eager
+        or not version.at_least(FLASHINFER_GRAPH_TERM_FROM)
+    ):
+        return 0
+    capture = cuda_graph_capture_size(args)
+    full_decode = not args.num_speculative_tokens
+    decode_sizes = capture_sizes(min(capture, args.max_num_seqs)) if full_decode else 0
+    wrapper = FLASHINFER_WRAPPER_WORKSPACE_BYTES
+    if v2_runner_for_all(args):
+        # one wrapper per decode size, the prefill wrapper, the plain decode wrapper
+        return (decode_sizes + 2) * wrapper
+    if not full_decode:
+        return 0
+    workspace = FLASHINFER_WORKSPACE_BYTES
+    if version.at_least(FLASHINFER_WORKSPACE_BY_HEADS_FROM):
+        heads = arch.num_attention_heads // args.tensor_parallel_size
+        workspace = max(
+            workspace,
+            args.max_num_batched_tokens
+            * heads
+            * arch.head_dim
+            * FLASHINFER_WORKSPACE_BYTES_PER_HEAD_ELEM,
+        )
+    return workspace + decode_sizes * wrapper
 
 
 # -------------------------------------------------------------------------------- resolve args
@@ -1817,6 +1984,9 @@ def resolve_args(
             "activations, not measured: --skip-mm-profiling or --language-model-only (text only) "
             "removes it"
         )
+    backend = resolve_attention_backend(
+        arch, args, gpu.compute_capability, version, fp8_kv=kv_dtype in KV_DTYPES_FP8
+    )
     resolved = ResolvedArgs(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
@@ -1843,6 +2013,9 @@ def resolve_args(
         mm_profile_tokens_per_item=mm_tokens,
         mm_encoder_tp_mode=args.mm_encoder_tp_mode,
         language_model_only=args.language_model_only,
+        attention_backend=backend,
+        flashinfer_decode_wrappers=backend == "FLASHINFER"
+        and flashinfer_native_decode(gpu.compute_capability, version),
     )
     return resolved, sem, notes
 

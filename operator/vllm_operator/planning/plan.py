@@ -268,6 +268,7 @@ def adapter_args(intent: PlanIntent) -> dict[str, Any]:
         "language_model_only": a.language_model_only,
         "limit_mm_per_prompt": a.limit_mm_per_prompt,
         "mm_encoder_tp_mode": a.mm_encoder_tp_mode,
+        "attention_backend": a.attention_backend,
         "enable_prefix_caching": False if intent.prefix_caching is PrefixCaching.DISABLED else None,
     }
 
