@@ -43,7 +43,7 @@ MIN_CELL_ROWS = 5
 MIN_CELL_MODELS = 2
 # The margin of a cell the bench cannot vouch for: the widest any era or calibrated cell needs
 # (the same rule over all of an era's rows; today the 0.20+ sm12x bf16 cell, p90 6.3 %, above the
-# era's worst over-prediction, +5.8 %: bench row 135, Qwen3-4B on an L4 at vLLM 0.29.0, one of six
+# era's worst over-prediction, +5.0 % (+5.006): bench row 135, Qwen3-4B on an L4 at vLLM 0.29.0, one of six
 # cold starts of one study (rows 133-138) whose ledgers hold one vocab x hidden matrix more consumed
 # memory than the planner and than the same study's warm start (row 139); see
 # docs/planning-model.md "Rows 131-139"). It was 9 % (row 135 at +8.7 %) until FlashInfer's decode

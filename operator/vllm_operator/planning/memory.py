@@ -1610,41 +1610,54 @@ def hybrid_capture_share(capture: int, full_ceiling: int) -> float:
 
 # FlashInfer's share of the CUDA-graph estimate. Each FlashInfer decode wrapper allocates an
 # 8 MiB int workspace on the GPU (flashinfer ``BatchDecodeWithPagedKVCacheWrapper.__init__``:
-# ``torch.empty((8 * 1024 * 1024,), dtype=torch.uint8, device=...)``; so does the prefill
-# wrapper), and vLLM keeps one wrapper per captured decode batch size
-# (v1/attention/backends/flashinfer.py ``_get_decode_wrapper(batch_size, use_cudagraph=True)``,
-# read alike in 0.29.0, 0.31.0 and 0.33.0) for pure-decode batches up to
-# ``(1 + speculative tokens) x max_num_seqs`` when the decode graphs are FULL (FlashInfer's
-# UNIFORM_SINGLE_TOKEN_DECODE support drops them to PIECEWISE under speculative decoding). The
-# shared float workspace is VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE, 394 MiB, from 0.26.0 at least
-# max_num_batched_tokens x query heads per rank x head_dim x 16 bytes.
+# ``torch.empty((8 * 1024 * 1024,), dtype=torch.uint8, device=...)``, read in the wheels vLLM pins,
+# 0.6.8.post1 to 0.7.2.post1; so does the prefill wrapper), and vLLM keeps one wrapper per captured
+# decode batch size (v1/attention/backends/flashinfer.py ``_get_decode_wrapper(batch_size,
+# use_cudagraph=True)``, keyed by the size, read alike in 0.20.0, 0.29.0, 0.31.0 and 0.33.0) for
+# pure-decode batches up to ``(1 + speculative tokens) x max_num_seqs`` when the decode graphs are
+# FULL (FlashInfer's UNIFORM_SINGLE_TOKEN_DECODE support drops them to PIECEWISE under speculative
+# decoding). PyTorch's caching allocator serves a 1-10 MiB request from a 20 MiB segment
+# (c10/cuda/CUDACachingAllocator.cpp ``kLargeBuffer``, ``kMinLargeAlloc``), so two wrappers take
+# one 20 MiB segment; with ``expandable_segments:True`` (the operator's pods) they pack into the
+# segment's 20 MiB pages. The shared float workspace is VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE,
+# 394 MiB, from 0.26.0 at least max_num_batched_tokens x query heads per rank x head_dim x 16 B.
 # Where the estimate meets them differs by runner:
-# * Model Runner V2 (0.29+): the builder's float workspace is allocated with the builders
-#   (v1/worker/gpu/attn_utils.py), before ``capture_model`` reads free memory, but the PIECEWISE
-#   captures build attention metadata too (v1/worker/gpu/cudagraph_utils.py
-#   ``prepare_inputs_to_capture``), each of a size at most max_num_seqs a pure-decode batch, so the
-#   measured capture holds one wrapper per such size plus the prefill and the plain decode wrapper
-#   (the sizes above max_num_seqs). Logged: Qwen3-4B on an L4 at 0.29.0 (bench rows 133-139), the
-#   profiling capture takes 0.73-0.74 GiB and the estimate 0.57-0.58 GiB on FlashInfer against
-#   0.37-0.43 / 0.22-0.28 GiB on FA2, FLEX_ATTENTION and TRITON_ATTN: 0.29-0.36 GiB more, where
-#   37 x 8 MiB = 0.29 GiB.
-# * The V1 runner (before 0.29): PIECEWISE dummy runs build no attention metadata, the first
-#   profiled FULL capture allocates the float workspace lazily (``_get_workspace_buffer``) and
-#   one wrapper, and the second capture's wrapper is extrapolated over the remaining FULL sizes
-#   (gpu_model_runner.py ``profile_cudagraph_memory``, 0.24.0: ``first + per_graph x (n - 1)``).
-#   Under speculative decoding there is no FULL capture and no FlashInfer memory in the estimate:
-#   the club-3090 starts of Qwen3.x-27B with MTP on FlashInfer (vLLM 0.2x, 5-7 PIECEWISE graphs)
-#   log estimates of 0.13-0.17 GiB.
+# * Model Runner V2 (0.29+): the float workspace is allocated with the builders
+#   (v1/worker/gpu/attn_utils.py), before ``capture_model`` reads free memory (so the estimate
+#   does not hold it, and the real one lands after the KV cache, in the slack of
+#   POST_KV_SLACK_GIB), but the PIECEWISE captures build attention metadata too
+#   (v1/worker/gpu/cudagraph_utils.py ``prepare_inputs_to_capture``), a size up to max_num_seqs
+#   being that many one-token decodes, so the measured capture holds one wrapper per such size,
+#   plus the prefill and the plain decode wrapper (the sizes above max_num_seqs); the two FULL
+#   samples reuse wrappers the PIECEWISE captures made. Logged: Qwen3-4B on an L4 at 0.29.0
+#   (bench rows 133-139), the profiling capture takes 0.73-0.74 GiB and the estimate 0.57-0.58 GiB
+#   on FlashInfer against 0.37 / 0.22 GiB on FA2 (0.43 / 0.28 FLEX_ATTENTION, 0.39 / 0.24
+#   TRITON_ATTN): 0.35-0.37 GiB more than FA2, where 37 wrappers in 19 segments of 20 MiB are
+#   0.37 GiB (37 x 8 MiB alone: 0.29).
+# * The V1 runner (before 0.29, and only for the starts it runs: Model Runner V2 already serves
+#   dense models at 0.22-0.28 with no estimate, see V2_RUNNER_NO_GRAPH_ESTIMATE): PIECEWISE dummy
+#   runs build no attention metadata, the first profiled FULL capture allocates the float
+#   workspace lazily and one wrapper (a 20 MiB segment), and the second capture's wrapper fits in
+#   that segment, so the extrapolation over the remaining FULL sizes (gpu_model_runner.py
+#   ``profile_cudagraph_memory``, 0.20.0-0.28.0: ``max(first samples) + per_graph x (n - 1)``,
+#   per_graph the second sample's free-memory drop) carries none. That accounts for the starts of
+#   nvidia/Qwen3.6-35B-A3B-NVFP4 on sm12x with an fp8 KV cache (rows 54, 60 at 0.24.0, 68 at
+#   0.25.1; one sequence up to 8): 0.28-0.31 GiB of KV below the prediction without it, 0.40 GiB
+#   with it; an L40S pair of Qwen3.5-9B (0.18.0 on FlashInfer, 0.19.0 on FA2, 35 FULL sizes)
+#   logs 1.58 against 0.78 GiB. Not always: a 0.20.0 start of RedHatAI/Qwen3.6-35B-A3B-NVFP4 on an
+#   RTX 5090 with one graph per mode estimates 0.36 GiB in all, less than the workspace alone
+#   (a request the allocator can carve from a segment it already holds costs no free memory), so
+#   the term is the safe side there. Under speculative decoding there is no FULL capture: the
+#   club-3090 starts of Qwen3.x-27B with MTP on FlashInfer log estimates of 0.13-0.17 GiB.
 # Only FlashInfer's native decode keeps those wrappers. vLLM prefers TRT-LLM's kernels where
 # FlashInfer ships them (utils/flashinfer.py ``supports_trtllm_attention``): TRTLLM-gen on sm10x
 # (0.20.0 on), XQA decode on sm90 from 0.25.0 (not in 0.24.0) and on sm12x from 0.28.0 (not in
 # 0.27.1); they keep one global 394 MiB workspace and no per-size wrapper, and are not counted
 # here: the one bench pair that isolates it (rows 64 / 65, an RTX 5090 at 0.28.0, FA2 against
-# FlashInfer with XQA) differs by 0.21 GiB of KV, too little to place the workspace.
-# The V1 term accounts for the starts of nvidia/Qwen3.6-35B-A3B-NVFP4 on sm12x with an fp8 KV
-# cache (rows 54, 60 at 0.24.0, 68 at 0.25.1; FlashInfer, native decode, one sequence up to 8):
-# 0.28-0.31 GiB of KV below the prediction without it, 0.39 GiB with it.
+# FlashInfer with XQA) differs by 0.21 GiB of KV, and an H200 pair at 0.27.1 (Ministral-3-14B,
+# Model Runner V2, FA3 against FlashInfer with XQA) logs 1.05 against 0.60 GiB of graphs.
 FLASHINFER_WRAPPER_WORKSPACE_BYTES = 8 * 1024 * 1024
+ALLOCATOR_LARGE_SEGMENT_BYTES = 20 * 1024 * 1024
 FLASHINFER_WORKSPACE_BYTES = 394 * 1024 * 1024
 FLASHINFER_WORKSPACE_BYTES_PER_HEAD_ELEM = 16
 FLASHINFER_WORKSPACE_BY_HEADS_FROM = "0.26.0"
@@ -1657,16 +1670,17 @@ FLASHINFER_GRAPH_TERM_FROM = "0.20.0"
 # FLEX_ATTENTION, and the first that supports the start serves it. FlashAttention runs on sm80+,
 # head sizes that are multiples of 8 up to 256, attention sinks only as FA3 / FA4, and stores an
 # fp8 KV cache only as FA3 on sm90 or FA4 on sm10x (v1/attention/backends/fa_utils.py
-# ``flash_attn_supports_kv_cache_dtype``). FlashInfer serves compute capability 7.5-12.1 (0.29.0
-# alone raised the floor to 8.0, flashinfer#3620), head sizes 64, 128, 256 (and 512 from 0.29),
-# and sinks only on sm10x (TRT-LLM). So an fp8 KV cache on Ampere, Ada or sm12x runs on
-# FlashInfer, as bench row 135 logs ("Using FLASHINFER attention backend out of potential
-# backends: ['FLASHINFER', 'TRITON_ATTN']", an L4 at 0.29.0). MLA models have their own list and
-# are reported as "MLA" (no FlashInfer term).
+# ``flash_attn_supports_kv_cache_dtype``). FlashInfer serves compute capability 8.0-12.1 from
+# 0.24.0 (7.5 before; flashinfer#3620), head sizes 64, 128, 256 (and 512 from 0.22), and sinks
+# only with TRT-LLM's kernels. So an fp8 KV cache on Ampere, Ada or sm12x runs on FlashInfer, as
+# bench row 135 logs ("Using FLASHINFER attention backend out of potential backends:
+# ['FLASHINFER', 'TRITON_ATTN']", an L4 at 0.29.0), and Turing on TRITON_ATTN from 0.24.0. MLA
+# models have their own list and are reported as "MLA" (no FlashInfer term).
 FLASH_ATTN_MIN_CC = (8, 0)
-FLASHINFER_MIN_CC = (7, 5)
+FLASHINFER_MIN_CC = ((7, 5), (8, 0))  # before / from FLASHINFER_SM80_FROM
+FLASHINFER_SM80_FROM = "0.24.0"
+FLASHINFER_HEAD_512_FROM = "0.22.0"
 FLASHINFER_MAX_CC = (12, 1)
-FLASHINFER_SM80_FLOOR = ("0.29.0", "0.30.0")
 
 
 def _has_attention_sinks(arch: Architecture) -> bool:
@@ -1701,9 +1715,8 @@ def resolve_attention_backend(
         and (not fp8_kv or major in (9, 10))
         and (not sinks or major in (9, 10))
     )
-    lo, hi = FLASHINFER_SM80_FLOOR
-    floor = (8, 0) if version.at_least(lo) and not version.at_least(hi) else FLASHINFER_MIN_CC
-    heads = (64, 128, 256, 512) if version.at_least(lo) else (64, 128, 256)
+    floor = FLASHINFER_MIN_CC[1] if version.at_least(FLASHINFER_SM80_FROM) else FLASHINFER_MIN_CC[0]
+    heads = (64, 128, 256, 512) if version.at_least(FLASHINFER_HEAD_512_FROM) else (64, 128, 256)
     fi = (
         floor <= compute_capability <= FLASHINFER_MAX_CC
         and head in heads
@@ -1745,10 +1758,9 @@ def flashinfer_graph_bytes(arch: Architecture, args: ResolvedArgs) -> int:
     capture = cuda_graph_capture_size(args)
     full_decode = not args.num_speculative_tokens
     decode_sizes = capture_sizes(min(capture, args.max_num_seqs)) if full_decode else 0
-    wrapper = FLASHINFER_WRAPPER_WORKSPACE_BYTES
     if v2_runner_for_all(args):
         # one wrapper per decode size, the prefill wrapper, the plain decode wrapper
-        return (decode_sizes + 2) * wrapper
+        return flashinfer_wrapper_bytes(decode_sizes + 2, args.expandable_segments)
     if not full_decode:
         return 0
     workspace = FLASHINFER_WORKSPACE_BYTES
@@ -1761,7 +1773,22 @@ def flashinfer_graph_bytes(arch: Architecture, args: ResolvedArgs) -> int:
             * arch.head_dim
             * FLASHINFER_WORKSPACE_BYTES_PER_HEAD_ELEM,
         )
-    return workspace + decode_sizes * wrapper
+    # the first FULL sample's wrapper opens a 20 MiB segment; the second sample's wrapper fits in
+    # what is left of it, so the per-graph extrapolation adds no wrapper
+    return workspace + flashinfer_wrapper_bytes(min(decode_sizes, 1), args.expandable_segments)
+
+
+def flashinfer_wrapper_bytes(wrappers: int, expandable_segments: bool) -> int:
+    """Free memory `wrappers` FlashInfer wrappers take, 8 MiB each: two to a 20 MiB segment of
+    the caching allocator, or packed into its 20 MiB pages with expandable segments
+    (FLASHINFER_WRAPPER_WORKSPACE_BYTES)."""
+    if wrappers <= 0:
+        return 0
+    seg = ALLOCATOR_LARGE_SEGMENT_BYTES
+    if expandable_segments:
+        return -(-wrappers * FLASHINFER_WRAPPER_WORKSPACE_BYTES // seg) * seg
+    per_segment = seg // FLASHINFER_WRAPPER_WORKSPACE_BYTES
+    return -(-wrappers // per_segment) * seg
 
 
 # -------------------------------------------------------------------------------- resolve args
@@ -1987,6 +2014,16 @@ def resolve_args(
     backend = resolve_attention_backend(
         arch, args, gpu.compute_capability, version, fp8_kv=kv_dtype in KV_DTYPES_FP8
     )
+    native_wrappers = backend == "FLASHINFER" and flashinfer_native_decode(
+        gpu.compute_capability, version
+    )
+    if native_wrappers and not args.enforce_eager and version.at_least(FLASHINFER_GRAPH_TERM_FROM):
+        why = "--attention-backend" if args.attention_backend else "vLLM's pick for this GPU"
+        notes.append(
+            f"attention on FlashInfer ({why}{', fp8 KV cache' if kv_dtype in KV_DTYPES_FP8 else ''}):"
+            " its decode wrappers, one per captured decode batch size, are in the CUDA-graph "
+            "estimate"
+        )
     resolved = ResolvedArgs(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
@@ -2014,8 +2051,7 @@ def resolve_args(
         mm_encoder_tp_mode=args.mm_encoder_tp_mode,
         language_model_only=args.language_model_only,
         attention_backend=backend,
-        flashinfer_decode_wrappers=backend == "FLASHINFER"
-        and flashinfer_native_decode(gpu.compute_capability, version),
+        flashinfer_decode_wrappers=native_wrappers,
     )
     return resolved, sem, notes
 
