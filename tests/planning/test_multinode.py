@@ -15,6 +15,7 @@ from vllm_operator.planning.alternatives import AlternativeKind, Infeasible
 from vllm_operator.planning.gpu import gpu_memory
 from vllm_operator.planning.intent import PlanIntent
 from vllm_operator.planning.memory import EngineArgs, estimate_memory, layers_per_stage
+from vllm_operator.planning.model_load import rope_cache_bytes
 from vllm_operator.planning.plan import PoolPlan, plan_pool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,19 +122,29 @@ def test_deepseek_v3_on_a100_nodes_needs_two_nodes() -> None:
 
 
 def _weights(arch_name: str, pp: int) -> list[float]:
+    # the operator's pods: expandable segments, so no allocator rounding, only parameters and
+    # the rotary cache (planning/model_load.py)
     est = estimate_memory(
         lookup_architecture(arch_name),
         gpu_memory(H100),
-        EngineArgs(tensor_parallel_size=2, pipeline_parallel_size=pp, max_model_len=4096),
+        EngineArgs(
+            tensor_parallel_size=2,
+            pipeline_parallel_size=pp,
+            max_model_len=4096,
+            expandable_segments=True,
+        ),
     )
     return [s.weights_gib for s in est.stages]
 
 
 def test_embeddings_on_the_first_stage_lm_head_on_the_last() -> None:
-    # Untied (Llama-3.1-70B): the stages together hold exactly the single-node weights.
+    # Untied (Llama-3.1-70B): the stages together hold the single-node weights, and each stage
+    # its own rotary cos/sin cache (its first attention layer builds one).
     (whole,) = _weights("meta-llama/Llama-3.1-70B-Instruct", 1)
     first, last = _weights("meta-llama/Llama-3.1-70B-Instruct", 2)
-    assert first + last == pytest.approx(whole, abs=1e-3)
+    rope = rope_cache_bytes(LLAMA70, 2) / 2**30
+    assert rope == pytest.approx(131072 * 128 * 2 / 2**30)
+    assert first + last == pytest.approx(whole + rope, abs=1e-3)
     # 40 layers each: they differ by the final norm only (embedding vs lm_head, same shape).
     assert last - first == pytest.approx(LLAMA70.hidden_size * 2 / 2**30, abs=1e-3)
     # Tied (Llama-3.2-3B): one node shares one matrix; across nodes the last stage needs its
@@ -143,7 +154,8 @@ def test_embeddings_on_the_first_stage_lm_head_on_the_last() -> None:
     (whole,) = _weights("meta-llama/Llama-3.2-3B-Instruct", 1)
     stages = _weights("meta-llama/Llama-3.2-3B-Instruct", 2)
     embed_gib = tied.vocab_size * tied.hidden_size / 2 * 2 / 2**30
-    assert sum(stages) == pytest.approx(whole + embed_gib, abs=1e-3)
+    rope = rope_cache_bytes(tied, 2) / 2**30
+    assert sum(stages) == pytest.approx(whole + embed_gib + rope, abs=1e-3)
 
 
 def test_status_shows_the_layout_and_every_stage() -> None:

@@ -153,6 +153,21 @@ class Architecture(BaseModel):
     intermediate_size: int = Field(ge=1)
     vocab_size: int = Field(ge=1)
     max_position_embeddings: int | None = None
+    # the rotary embedding, for the cos/sin cache vLLM keeps (planning/model_load.py)
+    rope_type: str | None = Field(
+        default=None,
+        description="rope_scaling / rope_parameters rope_type; None: not stated (the default).",
+    )
+    rope_factor: float | None = None
+    rope_original_max_position: int | None = None
+    rotary_dim: int | None = Field(
+        default=None, description="Rotary width when partial (partial_rotary_factor x head_dim)."
+    )
+    mrope: bool = Field(default=False, description="Multimodal rotary (mrope_section).")
+    local_rope: bool = Field(
+        default=False,
+        description="A second, default rope for the sliding layers (Gemma-3 rope_local_base_freq).",
+    )
     torch_dtype: str = "bfloat16"
     tie_word_embeddings: bool = False
     gated_mlp: bool = True
@@ -609,6 +624,31 @@ def _gemma_fields(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _rope_fields(cfg: dict[str, Any], head_dim: int) -> dict[str, Any]:
+    """The rotary embedding as vLLM's get_rope reads it: rope_scaling (rope_parameters in newer
+    configs, `type` in older ones), partial_rotary_factor (or phi's partial_rotary_dim), the
+    mrope section of the multimodal Qwens and Gemma-3's local base frequency."""
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        rope = {}
+    kind = rope.get("rope_type") or rope.get("type")
+    mrope = "mrope_section" in rope or kind == "mrope"
+    factor = rope.get("factor")
+    original = rope.get("original_max_position_embeddings")
+    partial = rope.get("partial_rotary_factor") or cfg.get("partial_rotary_factor")
+    rotary = cfg.get("partial_rotary_dim") or cfg.get("rotary_dim")
+    if rotary is None and isinstance(partial, (int, float)) and 0 < partial < 1:
+        rotary = int(head_dim * partial)
+    return {
+        "rope_type": None if kind in (None, "default", "mrope") else str(kind),
+        "rope_factor": float(factor) if isinstance(factor, (int, float)) else None,
+        "rope_original_max_position": int(original) if isinstance(original, int) else None,
+        "rotary_dim": int(rotary) if isinstance(rotary, int) and rotary < head_dim else None,
+        "mrope": mrope,
+        "local_rope": cfg.get("rope_local_base_freq") is not None,
+    }
+
+
 def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> Architecture:
     """Read a Hugging Face config.json (dict). Multimodal configs use their text_config.
 
@@ -709,6 +749,7 @@ def architecture_from_hf_config(cfg: dict[str, Any], name: str, source: str) -> 
         ),
         **hybrid,
         **_gemma_fields(merged),
+        **_rope_fields(merged, int(head_dim)),
     )
 
 

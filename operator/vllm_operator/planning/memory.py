@@ -24,6 +24,11 @@ from vllm_operator.catalog.architectures import (
     QuantMethod,
 )
 from vllm_operator.planning.errors import PlanningInputError
+from vllm_operator.planning.model_load import (
+    allocator_rounding_bytes,
+    rope_cache_bytes,
+    rounding_supported,
+)
 from vllm_operator.planning.versions import (
     DEFAULT_VLLM_VERSION,
     Engine,
@@ -2059,6 +2064,30 @@ def resolve_args(
 # ------------------------------------------------------------------------------------ estimate
 
 
+def model_load_extra_gib(
+    arch: Architecture, args: ResolvedArgs, quant: Quantization | None, stages: list[int]
+) -> tuple[float, ...]:
+    """(rotary cache, then the allocator's rounding per PP stage) in GiB: what vLLM's "Model
+    loading took" counts beyond the parameters (planning/model_load.py). The rounding is not
+    paid with expandable segments, and is left out where the tensor order is not modelled."""
+    unq = dtype_bytes(args.dtype)
+    rope = rope_cache_bytes(arch, unq) / GIB
+    pp, tp = args.pipeline_parallel_size, args.tensor_parallel_size
+    if args.expandable_segments or not rounding_supported(arch, quant):
+        return (rope, *([0.0] * pp))
+    text = arch.model_copy(update={"vision_params": 0})
+    return (
+        rope,
+        *(
+            allocator_rounding_bytes(
+                text, tp=tp, pp=pp, stage=stage, layers=stages, dtype_bytes=unq
+            )
+            / GIB
+            for stage in range(pp)
+        ),
+    )
+
+
 def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> MemoryEstimate:
     """Predict vLLM's startup memory profile for these engine arguments on this GPU."""
     resolved, sem, notes = resolve_args(args, arch, gpu)
@@ -2126,6 +2155,18 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
     graphs_budgeted = sem.subtracts_cuda_graphs and not v2_profile
     eager_v2 = sem.subtracts_cuda_graphs and v2_eager_profile(arch, resolved, quant)
     native_sorts = native_sampler_sorts(arch, resolved, quant)
+    load_extra = model_load_extra_gib(arch, resolved, quant, stages)
+    if any(load_extra):
+        rope, rounding = load_extra[0], max(load_extra[1:], default=0.0)
+        reasons.append(
+            f"weights include the rotary cos/sin cache ({rope:.3f} GiB)"
+            + (
+                f" and {rounding:.3f} GiB of allocator blocks counted whole (no "
+                "expandable_segments: a block is split only when over 1 MiB would remain)"
+                if rounding
+                else ""
+            )
+        )
     per_stage: list[tuple[int, int, float, float, float, float, int, int]] = []
     for stage, layers in enumerate(stages):
         last = stage == pp - 1
@@ -2150,6 +2191,7 @@ def estimate_memory(arch: Architecture, gpu: GpuMemory, args: EngineArgs) -> Mem
         stage_draft = (draft_w if last else 0.0) / GIB
         w += stage_lora + stage_draft
         w += int4_excess if last else 0.0
+        w += load_extra[0] + load_extra[1 + stage]
         act = (
             activation_bytes(
                 arch,

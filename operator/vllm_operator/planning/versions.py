@@ -151,7 +151,13 @@ def batch_defaults(
 
     VV §5 'GPU-specific defaults': 0.7-0.8.0 by device name (H100/H200: 8192 tokens, else 2048;
     1024 seqs in 0.8.0); 0.8.5 by memory (>= 70 GiB: 8192/1024, else 2048/256); 0.9.0+ also
-    excludes the A100; >= 0.30: >= 160 GiB gets 16384/1024 (GB10, sm121, forced small in 0.33).
+    excludes the A100; >= 0.30: >= 160 GiB gets 16384/1024. GB10 (sm121, DGX Spark) is on the
+    small tier in every release: NVML does not implement the device memory query on this
+    unified-memory part (nvmlDeviceGetMemoryInfo returns NOT_SUPPORTED; nvidia-smi shows "Not
+    Supported"), so before 0.33 `get_device_total_memory` raises and arg_utils.py's
+    `except Exception` takes `device_memory = 0`; 0.33 falls back to torch's total and keeps GB10
+    small explicitly (`is_gb10`: "has the memory but not the compute of a large discrete GPU").
+    Bench row 115 (DGX Spark, 0.27.1) captures 35 FULL decode graphs: the sizes up to 256.
     V0 keeps 256 sequences and, without chunked prefill, no token default (None: the profiler
     then uses max(max_model_len, 2048), DM §1).
     """
@@ -164,7 +170,7 @@ def batch_defaults(
     large = gpu_total_gib >= 70
     if version.at_least("0.9.0") and _is_a100(marketing_name):
         large = False
-    if version.at_least("0.33.0") and sm == (12, 1):
+    if sm == (12, 1):
         return 256, 2048
     if version.at_least("0.30.0") and gpu_total_gib >= 160:
         return 1024, 16384
