@@ -212,6 +212,7 @@ def run_row(index: int, row: dict[str, str], extra: dict[str, Any]) -> Result:
         speculative_method=extra.get("speculative_method"),
         num_speculative_tokens=int(extra.get("num_speculative_tokens") or 0),
         attention_backend=extra.get("attention_backend"),
+        expandable_segments=bool(extra.get("expandable_segments")),
     )
     try:
         est: MemoryEstimate = estimate_memory(arch, gpu, args)

@@ -61,6 +61,7 @@ def test_an_observation_round_trips_into_the_bench_with_the_same_numbers(tmp_pat
     assert (row["num_gpus_tp"], row["max_model_len"], row["max_num_seqs"]) == ("1", "4096", "6")
     assert row["kv_cache_tokens"] == "16384"
     assert f"predicted_kv_cache_tokens={obs['predictedKvCacheTokens']}" in row["notes"]
+    assert "expandable_segments=true" in row["notes"]
     assert row["source"].startswith("vllm-operator observations export (VLLMService default/")
 
     bench = load_bench()
@@ -130,4 +131,18 @@ def test_bench_inputs_only_for_exported_rows() -> None:
             "notes": "revision=main; max_num_batched_tokens=2048",
         }
     )
-    assert found == {"version": "0.33.0", "gpu": "NVIDIA-L4", "max_num_batched_tokens": 2048}
+    assert found == {
+        "version": "0.33.0",
+        "gpu": "NVIDIA-L4",
+        "max_num_batched_tokens": 2048,
+        "expandable_segments": True,
+    }
+    plain = bench_inputs(
+        {
+            "source": "vllm-operator observations export (VLLMService a/b, x)",
+            "vllm_version": "0.33.0",
+            "gpu_name": "NVIDIA-L4",
+            "notes": "expandable_segments=false",
+        }
+    )
+    assert plain["expandable_segments"] is False

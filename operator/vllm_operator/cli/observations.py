@@ -100,6 +100,10 @@ def observation_row(
         "observed_at": at,
         "pods": str(obs.pods),
         "measured_by": obs.source,
+        # the operator's pods run PyTorch's allocator with expandable segments (rendering/
+        # workload.py), which splits every block: the bench must not add the rounding a plain
+        # `vllm serve` pays (planning/model_load.py)
+        "expandable_segments": "true",
     }
     return {
         "source": f"{EXPORT_SOURCE} (VLLMService {namespace}/{name}, {at})",
@@ -152,7 +156,9 @@ def service_rows(body: Mapping[str, Any]) -> list[dict[str, str]]:
 
 def bench_inputs(row: Mapping[str, str]) -> dict[str, Any]:
     """What the bench needs of an exported row beyond its columns (hack/bench_planner.py merges
-    it into the row's inputs): the GPU label as it is, the prefill chunk. Empty for other rows."""
+    it into the row's inputs): the GPU label as it is, the prefill chunk, the allocator setting
+    (expandable segments unless the row says otherwise: the operator's pods). Empty for other
+    rows."""
     if not str(row.get("source", "")).startswith(EXPORT_SOURCE):
         return {}
     notes = dict(
@@ -163,6 +169,7 @@ def bench_inputs(row: Mapping[str, str]) -> dict[str, Any]:
         found["gpu"] = lookup_gpu(str(row.get("gpu_name", ""))).label
     if notes.get("max_num_batched_tokens"):
         found["max_num_batched_tokens"] = int(notes["max_num_batched_tokens"])
+    found["expandable_segments"] = notes.get("expandable_segments", "true").lower() == "true"
     return found
 
 
