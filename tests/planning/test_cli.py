@@ -265,3 +265,20 @@ def test_estimate_takes_the_attention_backend_vllm_would_be_given() -> None:
     assert triton["cuda_graph_gib"] - auto["cuda_graph_gib"] == pytest.approx(
         -19 * 20 / 1024, abs=1e-3
     )
+
+
+def test_estimate_with_the_operators_allocator_setting_drops_the_rounding() -> None:
+    """Qwen3-4B on an L4 at 0.29.0 (bench rows 133-136 log 7.56 GiB of model loading): a plain
+    `vllm serve` counts the allocator's whole blocks (0.053 GiB) beside the rope cache (0.010);
+    with --expandable-segments, the operator's pods, only the rope cache."""
+    common = ["estimate", "--model", "Qwen/Qwen3-4B", "--gpu", "NVIDIA-L4"]
+    common += ["--vllm-version", "0.29.0", "-o", "json"]
+    code, out = run(*common)
+    assert code == 0, out
+    plain = json.loads(out)
+    code, out = run(*common, "--expandable-segments")
+    assert code == 0, out
+    packed = json.loads(out)
+    assert plain["weights_gib"] == pytest.approx(7.56, abs=0.006)
+    assert plain["weights_gib"] - packed["weights_gib"] == pytest.approx(0.0529, abs=1e-3)
+    assert packed["kv_cache_gib"] > plain["kv_cache_gib"]

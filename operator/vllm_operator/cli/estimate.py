@@ -317,6 +317,13 @@ def _fewest_nodes(
     "backend vLLM picks for the model, GPU and KV cache dtype.",
 )
 @click.option(
+    "--expandable-segments",
+    is_flag=True,
+    help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the engine's env, as the operator's "
+    "pods run it: every allocator block is split, so model loading keeps no whole-block rounding "
+    "and FlashInfer's wrappers pack into 20 MiB pages. Default: a plain `vllm serve`.",
+)
+@click.option(
     "-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
 def estimate(
@@ -348,6 +355,7 @@ def estimate(
     limit_mm_per_prompt: str | None,
     mm_encoder_tp_mode: str,
     attention_backend: str | None,
+    expandable_segments: bool,
     output: str,
 ) -> None:
     """Predict vLLM's startup memory profile (weights, activation, KV cache) for engine args.
@@ -420,6 +428,7 @@ def estimate(
             limit_mm_per_prompt=adapters.limit_mm_per_prompt,
             mm_encoder_tp_mode=adapters.mm_encoder_tp_mode,
             attention_backend=adapters.attention_backend,
+            expandable_segments=expandable_segments,
         )
         if max_nodes is not None and pipeline_parallel_size is None:
             est, notes = _fewest_nodes(arch, gpu_memory(facts), args, max_nodes)
