@@ -210,7 +210,11 @@ def kubelet_stop(engine: RealEngine, endpoints: Endpoints, pod: RenderedPod) -> 
     deadline = start + pod.grace_seconds
     endpoints.ready.clear()  # terminating: out of the Service's endpoints first
     hook = pre_stop_command(pod.container, engine.port, engine.install.python)
-    subprocess.run(hook, timeout=pod.grace_seconds, check=False)
+    # Its own session, so its own CPU share under autogroup scheduling (e2e/realvllm.py
+    # _nice_autogroup): in a pod the hook runs in the container's cgroup, not queued behind the
+    # test session's control plane, operators and Prometheus. A cold CI run (2026-11-30) took
+    # 56.7 s for this 5 s wait, longer than the 53 s requests it was meant to leave running.
+    subprocess.run(hook, timeout=pod.grace_seconds, check=False, start_new_session=True)
     sigterm_at = time.monotonic()
     os.kill(engine.proc.pid, signal.SIGTERM)  # the container's main process
     late: list[Probed] = []
@@ -265,12 +269,36 @@ def pod(vllm_cpu: VllmCpu) -> RenderedPod:
     return rendered_pod(vllm_cpu)
 
 
-def test_the_rendered_drain_loses_no_request_when_the_kubelet_stops_the_engine(
-    vllm_cpu: VllmCpu, tmp_path: Path, pod: RenderedPod
-) -> None:
-    args = [str(a) for a in pod.container["args"]]
-    # The drain the catalog gives this release, as rendered (never typed here).
-    assert (SHUTDOWN_FLAG in args) == has_shutdown_flag(vllm_cpu.version)
+ATTEMPTS = 3
+"""Stops tried, each on a fresh engine, until one leaves a request running at SIGTERM. Whether one
+does is the rig's timing (a 5 s preStop took 12-57 s on a loaded 2-core CI machine), not the
+drain's behaviour: an attempt whose requests all ended inside the preStop proves nothing about the
+drain and is tried again, but every attempt must lose no request and exit by itself."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One engine stopped as the kubelet stops it, with every request the clients sent."""
+
+    sent: list[Sent]
+    not_routed: int
+    stopped: Stopped
+    log: str
+
+    def drained(self) -> list[Sent]:
+        """The requests admitted before SIGTERM that were still running when it came."""
+        at = self.stopped.sigterm_at
+        return [s for s in self.sent if s.started < at < (s.ended or 0)]
+
+    def timings(self) -> str:
+        at = self.stopped.sigterm_at
+        spans = [(round(x.started - at, 1), round((x.ended or 0) - at, 1)) for x in self.sent]
+        return f"stop began {self.stopped.began_at - at:+.1f} s; requests (start, end) vs SIGTERM: {spans}"
+
+
+def stop_once(vllm_cpu: VllmCpu, log_path: Path, pod: RenderedPod) -> Attempt:
+    """Start the engine from the rendered argv, load it with CLIENTS streams of long requests, and
+    stop it as the kubelet does once all of them are young."""
     mapped = cpu_argv(
         pod.container,
         model_path=vllm_cpu.serving_model,
@@ -280,9 +308,7 @@ def test_the_rendered_drain_loses_no_request_when_the_kubelet_stops_the_engine(
     # Niced: the CPU build spins on every core, so the preStop's python (and this test) starved
     # behind it: the preStop took 27 s in a CI run and every request ended inside it. A GPU
     # engine leaves the pod's CPUs to its preStop; so does this one now.
-    engine = RealEngine(
-        vllm_cpu, mapped.args, mapped.env, tmp_path / "engine.log", nice=ENGINE_NICE
-    )
+    engine = RealEngine(vllm_cpu, mapped.args, mapped.env, log_path, nice=ENGINE_NICE)
     endpoints = Endpoints()
     running = metric_names(vllm_cpu.version).running
     assert running is not None
@@ -322,29 +348,46 @@ def test_the_rendered_drain_loses_no_request_when_the_kubelet_stops_the_engine(
             t.join(timeout=CLIENT_TIMEOUT_S)
             assert not t.is_alive()
         log = engine.log()
+    return Attempt(list(endpoints.sent), endpoints.not_routed, stopped, log)
 
-    sent = list(endpoints.sent)
-    failed = [s for s in sent if s.error is not None or s.tokens != OUTPUT_TOKENS]
-    assert not failed, f"{len(failed)} of {len(sent)} requests lost: {failed[:3]}\n{log[-3000:]}"
-    assert all(s.ended is not None for s in sent)
-    drained = [s for s in sent if s.started < stopped.sigterm_at < (s.ended or 0)]
+
+def test_the_rendered_drain_loses_no_request_when_the_kubelet_stops_the_engine(
+    vllm_cpu: VllmCpu, tmp_path: Path, pod: RenderedPod
+) -> None:
+    args = [str(a) for a in pod.container["args"]]
+    # The drain the catalog gives this release, as rendered (never typed here).
+    assert (SHUTDOWN_FLAG in args) == has_shutdown_flag(vllm_cpu.version)
+    tried: list[str] = []
+    for number in range(1, ATTEMPTS + 1):
+        attempt = stop_once(vllm_cpu, tmp_path / f"engine-{number}.log", pod)
+        sent, stopped, log = attempt.sent, attempt.stopped, attempt.log
+        # Held by every attempt, exercised or not: nothing lost, nothing routed after the stop,
+        # no SIGKILL.
+        failed = [s for s in sent if s.error is not None or s.tokens != OUTPUT_TOKENS]
+        assert not failed, (
+            f"{len(failed)} of {len(sent)} requests lost: {failed[:3]}\n{log[-3000:]}"
+        )
+        assert all(s.ended is not None for s in sent)
+        assert all(s.started < stopped.sigterm_at for s in sent)  # none routed after the stop
+        assert attempt.not_routed > 0
+        assert not stopped.killed, f"SIGKILL after {pod.grace_seconds}s:\n{log[-3000:]}"
+        tried.append(f"attempt {number}: {attempt.timings()}")
+        if attempt.drained():
+            break
+    drained = attempt.drained()
     assert drained, (
-        "no request was running when SIGTERM came: the drain was not exercised; "
-        f"stop began {stopped.began_at - stopped.sigterm_at:+.1f} s, requests (start, end) "
-        "relative to SIGTERM: "
-        f"{[(round(x.started - stopped.sigterm_at, 1), round((x.ended or 0) - stopped.sigterm_at, 1)) for x in sent]}"
+        f"no request was running when SIGTERM came in {ATTEMPTS} attempts: the drain was not "
+        "exercised; " + "; ".join(tried)
     )
-    assert all(s.started < stopped.sigterm_at for s in sent)  # none routed after the stop began
-    assert endpoints.not_routed > 0
     # The engine refused new work while the drained requests still ran (not only once it was
     # gone): a probe taken before its signal handler ran is counted, not failed.
     assert stopped.refused_after_sigterm != "exited", stopped
     assert stopped.refused_at < max(s.ended or 0 for s in drained), stopped
-    assert not stopped.killed, f"SIGKILL after {pod.grace_seconds}s:\n{log[-3000:]}"
     if has_shutdown_flag(vllm_cpu.version):
         assert "stopping engine client mode=drain" in log, log[-3000:]
     print(
-        f"requests={len(sent)} running_at_sigterm={len(drained)} not_routed={endpoints.not_routed}"
+        f"attempts={len(tried)} requests={len(sent)} running_at_sigterm={len(drained)}"
+        f" not_routed={attempt.not_routed}"
         f" prestop_s={stopped.sigterm_at - stopped.began_at:.1f}"
         f" drain_s={stopped.exited_at - stopped.sigterm_at:.1f} grace_s={pod.grace_seconds}"
         f" after_sigterm={stopped.refused_after_sigterm}"
