@@ -13,7 +13,11 @@ from tests.planning.test_bench import REPO, load_bench
 from tests.reconcile.test_controller import status_of
 from tests.reconcile.test_fleet_sharing import measured_cluster
 from vllm_operator.cli.main import cli
-from vllm_operator.cli.observations import BENCH_COLUMNS, bench_inputs
+from vllm_operator.cli.observations import (
+    BENCH_COLUMNS,
+    bench_inputs,
+    service_expandable_segments,
+)
 from vllm_operator.kube.fake import FakeGateway
 from vllm_operator.kube.gateway import Kind
 
@@ -75,6 +79,31 @@ def test_an_observation_round_trips_into_the_bench_with_the_same_numbers(tmp_pat
     assert mine.kv_pred == obs["predictedKvCacheTokens"]
     bench_rows = len(read_rows(REPO / "bench" / "data" / "vllm-startup-logs.csv"))
     assert mine.row == bench_rows and len(results) == bench_rows + 1
+
+
+def test_a_kv_connector_service_exports_its_pods_without_expandable_segments(
+    tmp_path: Path,
+) -> None:
+    """vLLM refuses a KV connector beside expandable segments, so the renderer leaves them off
+    for such a service: its rows must say so, or the bench would plan it without the caching
+    allocator's rounding that its pods pay (planning/model_load.py)."""
+    _, body = measured_service()
+    body["spec"]["vllm"]["extraArgs"] = {
+        "--kv-transfer-config": '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+    }
+    spec_file = tmp_path / "services.yaml"
+    spec_file.write_text(yaml.safe_dump(body), "utf-8")
+    out = tmp_path / "fleet.csv"
+
+    result = export("-f", str(spec_file), "-o", str(out))
+
+    assert result.exit_code == 0, result.output
+    (row,) = read_rows(out)
+    assert "expandable_segments=false" in row["notes"]
+    assert bench_inputs(row)["expandable_segments"] is False
+    # A connector-free extraArgs keeps them on.
+    assert service_expandable_segments({"vllm": {"extraArgs": {"--max-num-seqs": "8"}}}, "0.33.0")
+    assert service_expandable_segments({}, "0.33.0")
 
 
 def test_a_kubectl_list_and_services_without_observations(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from vllm_operator.api.status import Observation, PoolStatus, VLLMServiceStatus
 from vllm_operator.catalog.gpus import UnknownGpuError, lookup_gpu
+from vllm_operator.catalog.vllm.values import configures_kv_connector
 from vllm_operator.cli.files import FileError, display_name, load_mapping_documents
 
 BENCH_COLUMNS = (
@@ -84,9 +85,16 @@ def _number(value: float | None) -> str:
 
 
 def observation_row(
-    namespace: str, name: str, obs: Observation, pool: PoolStatus | None
+    namespace: str,
+    name: str,
+    obs: Observation,
+    pool: PoolStatus | None,
+    *,
+    expandable_segments: bool = True,
 ) -> dict[str, str]:
-    """One bench row (BENCH_COLUMNS) for one observation of VLLMService namespace/name."""
+    """One bench row (BENCH_COLUMNS) for one observation of VLLMService namespace/name.
+    `expandable_segments`: whether its pods run the allocator with expandable segments (all but
+    those whose extraArgs configure a KV connector, see ``service_expandable_segments``)."""
     key = obs.key
     plan = pool.plan if pool is not None else None
     total = plan.memory.gpu_total_gib if plan is not None and plan.memory is not None else None
@@ -102,8 +110,8 @@ def observation_row(
         "measured_by": obs.source,
         # the operator's pods run PyTorch's allocator with expandable segments (rendering/
         # workload.py), which splits every block: the bench must not add the rounding a plain
-        # `vllm serve` pays (planning/model_load.py)
-        "expandable_segments": "true",
+        # `vllm serve` pays (planning/model_load.py); a KV connector's pods run without them
+        "expandable_segments": "true" if expandable_segments else "false",
     }
     return {
         "source": f"{EXPORT_SOURCE} (VLLMService {namespace}/{name}, {at})",
@@ -148,10 +156,29 @@ def service_rows(body: Mapping[str, Any]) -> list[dict[str, str]]:
         raise ValueError(
             f"VLLMService {namespace}/{name}: status.{where}: {first['msg']}"
         ) from None
+    spec = body.get("spec") or {}
     return [
-        observation_row(namespace, name, obs, _matching_pool(status.pools, obs))
+        observation_row(
+            namespace,
+            name,
+            obs,
+            _matching_pool(status.pools, obs),
+            expandable_segments=service_expandable_segments(spec, obs.key.vllm_version),
+        )
         for obs in status.observations
     ]
+
+
+def service_expandable_segments(spec: Mapping[str, Any], version: str) -> bool:
+    """Whether the service's pods run PyTorch's allocator with expandable segments: the renderer
+    sets them unless extraArgs configure a KV connector, which vLLM refuses beside them
+    (catalog/vllm/values.py ``configures_kv_connector``; planning/intent.py plans the same)."""
+    vllm = spec.get("vllm")
+    extra = vllm.get("extraArgs") if isinstance(vllm, Mapping) else None
+    if not isinstance(extra, Mapping) or not extra:
+        return True
+    args = {str(k): str(v) for k, v in extra.items()}
+    return not configures_kv_connector(version, args)
 
 
 def bench_inputs(row: Mapping[str, str]) -> dict[str, Any]:
