@@ -216,8 +216,8 @@ def kubelet_stop(engine: RealEngine, endpoints: Endpoints, pod: RenderedPod) -> 
     hook = pre_stop_command(pod.container, engine.port, engine.install.python)
     # Its own session, so its own CPU share under autogroup scheduling (e2e/realvllm.py
     # _nice_autogroup): in a pod the hook runs in the container's cgroup, not queued behind the
-    # test session's control plane, operators and Prometheus. A cold CI run (2026-11-30) took
-    # 56.7 s for this 5 s wait, longer than the 53 s requests it was meant to leave running.
+    # test process and whatever else shares its session. A cold CI run (2026-11-30) took 56.7 s
+    # for this 5 s wait, longer than the 53 s requests it was meant to leave running.
     subprocess.run(hook, timeout=pod.grace_seconds, check=False, start_new_session=True)
     sigterm_at = time.monotonic()
     os.kill(engine.proc.pid, signal.SIGTERM)  # the container's main process
