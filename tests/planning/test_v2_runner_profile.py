@@ -161,9 +161,9 @@ def test_a_plan_for_a_quantised_v2_start_leaves_room_for_the_graphs() -> None:
 def test_from_0_29_a_bare_pip_install_samples_like_the_image() -> None:
     """Model Runner V2 (every model from 0.29) takes the Triton top-k/top-p kernel, never the
     PyTorch-native sort. Bench row 111 (Qwen2.5-1.5B, A10G, 0.31.0, FlashInfer sampler off):
-    -6.7 % with the native term, -2.1 % without. The V1 runner filters with Triton too from 0.19
-    (``forward_native`` -> ``apply_top_k_top_p`` -> ``apply_top_k_top_p_triton``, read in 0.19.0-0.33.0),
-    so the sort term stands only before 0.19 and on the 0.22-0.28 unquantised V2 starts that
+    -6.7 % with the native term, -2.1 % without. The V1 runner filters with Triton too from 0.17
+    (``forward_native`` -> ``apply_top_k_top_p`` -> ``apply_top_k_top_p_triton``, read in 0.17.0-0.33.0),
+    so the sort term stands only before 0.17 and on the 0.22-0.28 unquantised V2 starts that
     keep the V1 terms (row 108's empirical rule)."""
     small = lookup_architecture("Qwen/Qwen2.5-1.5B-Instruct")
     a10g = gpu_memory(lookup_gpu("NVIDIA-A10G"))
@@ -174,8 +174,9 @@ def test_from_0_29_a_bare_pip_install_samples_like_the_image() -> None:
 
     assert activation("0.31.0", False) == activation("0.31.0", True)
     assert activation("0.28.0", False) > activation("0.28.0", True)  # row 108's rule
-    assert activation("0.17.0", False) > activation("0.17.0", True)  # the sort, before Triton
-    assert activation("0.19.0", False) == activation("0.19.0", True)  # V1 with Triton
+    assert activation("0.11.0", False) > activation("0.11.0", True)  # the sort, before Triton
+    assert activation("0.17.0", False) == activation("0.17.0", True)  # V1 with Triton
+    assert activation("0.19.0", False) == activation("0.19.0", True)
     # ngram drafting is not on V2 at 0.29+: the V1 runner, whose native path is Triton's as well
     ngram = {"speculative_method": "ngram", "num_speculative_tokens": 2}
     assert activation("0.31.0", False, **ngram) == activation("0.31.0", True, **ngram)
@@ -288,3 +289,42 @@ def test_eager_v2_peak_is_the_forward_or_the_v2_sampler() -> None:
         _args("0.30.0", enforce_eager=True, dtype="bfloat16", max_model_len=16384),
     )
     assert est.activation_peak_gib < 0.25
+
+
+def test_flashinfers_sampler_is_opt_in_from_0_11_1_to_0_20() -> None:
+    """vLLM PR #26859 (after 0.11.0) made FlashInfer's top-k/top-p sampler opt-in (an unset
+    VLLM_USE_FLASHINFER_SAMPLER is off: topk_topp_sampler.py, 0.11.1-0.20.2), and PR #40376 turned
+    it back on by default from 0.21.0 (envs.py). In that window the image's start samples natively,
+    and before 0.17 the native path sorts: the same activation as a bare pip install."""
+    qwen3 = lookup_architecture("Qwen/Qwen3-14B")
+    h100 = gpu_memory(lookup_gpu("NVIDIA-H100-80GB-HBM3"))
+
+    def activation(version: str, optional_kernels: bool = True) -> float:
+        args = _args(version, dtype="auto", optional_kernels=optional_kernels, max_num_seqs=1024)
+        return estimate_memory(qwen3, h100, args).activation_peak_gib
+
+    for version in ("0.11.1", "0.14.1", "0.16.0"):
+        assert activation(version) == activation(version, optional_kernels=False)
+    assert activation("0.11.0") < activation("0.11.0", optional_kernels=False)
+    assert activation("0.16.0") > 2 * activation("0.17.0")  # the sweep: 5.64 -> 2.23 GiB
+
+
+def test_the_native_sort_reproduces_the_version_sweep_at_0_16() -> None:
+    """The llm-d version sweep: Qwen3-14B on an H100 (1024 sequences, 8192 batched tokens) peaks
+    at 5.64 GiB of activation at 0.16.0 and 2.23 GiB at 0.17.0, and Qwen3-32B at TP2 (bench row
+    42) at 5.64 GiB too: one vocabulary, one batch, one figure, so the sampler. The native sort's
+    SAMPLER_LOGIT_COPIES_NATIVE (9.7) fp32 copies of 1024 x 151,936 logits give it within 0.1
+    GiB on the safe side; the 0.11-0.16 full-batch logits term it replaces had no counterpart in
+    vLLM's code (0.11.0 ``_dummy_run`` returns one hidden row per request)."""
+    h100 = gpu_memory(lookup_gpu("NVIDIA-H100-80GB-HBM3"))
+    for model, tp in (("Qwen/Qwen3-14B", 1), ("Qwen/Qwen3-32B", 2)):
+        args = _args(
+            "0.16.0",
+            dtype="auto",
+            max_model_len=8192,
+            max_num_seqs=1024,
+            max_num_batched_tokens=8192,
+            tensor_parallel_size=tp,
+        )
+        peak = estimate_memory(lookup_architecture(model), h100, args).activation_peak_gib
+        assert 5.64 <= peak <= 5.64 + 0.1, (model, peak)

@@ -52,26 +52,51 @@ KV_DTYPES_FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
 # temporaries (softmax, log-softmax, sort for top-p/k): 3.73-3.87 x the fp32 logits on
 # Llama-3.1-8B, Qwen2.5-7B, Gemma-2-27B, Qwen3-14B (v0.17/v0.19 rows).
 SAMPLER_LOGIT_COPIES = 3.85
-# Without FlashInfer (vLLM 0.10/0.11 pip wheels list it only as an extra: 'Provides-Extra:
-# flashinfer' in vllm-0.11.0.dist-info/METADATA), the V1 sampler falls back to the PyTorch-native
-# top-k/top-p path (v1/sample/ops/topk_topp_sampler.py, forward_native: logits.sort over the whole
-# vocabulary -> fp32 values + int64 indices, softmax, cumsum, mask, scatter). The profile's dummy
-# sampler run asks for top_k = vocab - 1 and top_p = 0.9 (gpu_model_runner._dummy_sampler_run),
-# so that path always runs. 8.8 fp32 copies reproduce gpt-oss-120b on H100 at 0.10.1 and 0.11.0
-# with 1024 sequences (vllm#23278, vllm#27508: 7.4 GiB above the weights at 8192 and at 1024
-# batched tokens alike, i.e. the sampler, not the forward pass), on the low-KV side.
-SAMPLER_LOGIT_COPIES_NATIVE = 8.8
-# The sort is gone on the V1 runner from 0.19: ``forward_native`` calls ``apply_top_k_top_p``,
+# Without FlashInfer's sampler the V1 sampler takes the PyTorch-native top-k/top-p path
+# (v1/sample/ops/topk_topp_sampler.py, forward_native: logits.sort over the whole vocabulary ->
+# fp32 values + int64 indices and the sort's own buffers, softmax, cumsum, masks, scatter, then the
+# softmax and exponential draw of random_sample). The profile's dummy sampler run asks for
+# top_k = vocab - 1 and top_p = 0.9 (gpu_model_runner._dummy_sampler_run), so that path always
+# runs. Four starts with 1024 sequences and two vocabularies measure it: gpt-oss-120b on an H100
+# in a pip venv without FlashInfer at 0.10.1 and 0.11.0 (bench rows 50 and 52, vllm#23278 /
+# vllm#27508: 7.44 and 7.55 GiB beside the logged weights, the per-instance non-torch term and the
+# activation constant, i.e. 9.5 and 9.6 fp32 copies of the 201,088-token logits, at 8192 and at 1024
+# batched tokens alike, so the sampler and not the forward pass), and Qwen3 (151,936 tokens) at the
+# releases that sort by default: the llm-d version sweep's Qwen3-14B at 0.16.0 and row 42's
+# Qwen3-32B at TP2, both 5.64 GiB of peak activation, i.e. 9.6 copies each (the same figure for two
+# models of one vocabulary and batch, which only a sampler term gives). The planner takes 9.7, the
+# largest rounded up (the safe side). It was 8.8 while the
+# planner also counted fp32 logits for the whole profile batch at 0.11-0.16, a term vLLM's code
+# does not have: 0.11.0's ``_dummy_run`` returns ``hidden_states[logit_indices]``, one row per
+# request, and the drop from 5.64 to 2.23 GiB between 0.16.0 and 0.17.0 of the same sweep is the
+# sort giving way to the Triton kernel (TRITON_TOP_K_TOP_P_FROM).
+SAMPLER_LOGIT_COPIES_NATIVE = 9.7
+# The sort is gone on the V1 runner from 0.17: ``forward_native`` calls ``apply_top_k_top_p``,
 # which takes ``apply_top_k_top_p_triton`` whenever Triton is installed (a dependency of CUDA
-# torch) and the batch has at least 8 rows (v1/sample/ops/topk_topp_sampler.py, read alike in
-# 0.19.0, 0.20.0, 0.21.0, 0.22.0, 0.24.0-0.27.1 and 0.29.0); that kernel filters the fp32 logits in
-# place with one num_SMs x vocab buffer (topk_topp_triton.py), so a V1 start with FlashInfer's
-# sampler off peaks like one with it (SAMPLER_LOGIT_COPIES). 0.11.0 still sorts; the releases
-# between are not read and keep the sort (the safe side). Bench row 131 (Qwen3-Coder-30B-A3B,
-# a MoE that 0.24.0 runs on the V1 runner, 4x L40S, VLLM_USE_FLASHINFER_SAMPLER=0): -8.3 -> -5.2 %.
-# 0.22-0.28 starts that vLLM runs on Model Runner V2 with the sampler off keep the sort term as
-# the empirical stand-in of ``v2_profile_terms`` (row 108).
-TRITON_TOP_K_TOP_P_FROM = "0.19.0"
+# torch) and the batch has at least 8 rows (v1/sample/ops/topk_topp_sampler.py and
+# topk_topp_triton.py, read alike in 0.17.0, 0.18.0, 0.19.0, 0.20.0, 0.21.0, 0.22.0, 0.24.0-0.27.1
+# and 0.29.0; 0.16.0 has neither and sorts); that kernel filters the fp32 logits in place with one
+# num_SMs x vocab buffer, so a V1 start with FlashInfer's sampler off peaks like one with it
+# (SAMPLER_LOGIT_COPIES). Bench row 131 (Qwen3-Coder-30B-A3B, a MoE that 0.24.0 runs on the V1
+# runner, 4x L40S, VLLM_USE_FLASHINFER_SAMPLER=0): -8.3 -> -5.2 %. 0.22-0.28 starts that vLLM runs
+# on Model Runner V2 with the sampler off keep the sort term as the empirical stand-in of
+# ``v2_profile_terms`` (row 108).
+TRITON_TOP_K_TOP_P_FROM = "0.17.0"
+# That stand-in keeps the copy count it was measured with (rows 85, 108 and 131 at 0.24-0.27.1,
+# the sampler off): vLLM's code of those releases runs no sort there, so the figure is an
+# empirical allowance for what such a start holds, not the sort's copies, and it does not follow
+# SAMPLER_LOGIT_COPIES_NATIVE's refit.
+SAMPLER_OFF_V2_STAND_IN_COPIES = 8.8
+# FlashInfer's sampler is opt-in from 0.11.1 to 0.20.x: vLLM PR #26859 ("Disable FlashInfer sampler
+# by default", merged 2025-10-15, after 0.11.0) made TopKTopPSampler take forward_cuda only
+# ``if envs.VLLM_USE_FLASHINFER_SAMPLER`` (None, i.e. unset, is off; read in 0.11.1, 0.11.2, 0.12.0,
+# 0.14.1, 0.16.0, 0.17.0, 0.18.0, 0.20.0 and 0.20.2), and PR #40376 ("Enable FlashInfer top-k/top-p
+# sampler by default") made the unset variable read True from 0.21.0 (envs.py). Up to 0.11.0 an
+# unset variable meant on wherever FlashInfer was installed. So a start in this window samples
+# natively unless its env sets VLLM_USE_FLASHINFER_SAMPLER=1; the planner's flag only records an
+# explicit 0, so it takes the native path here whatever the env says (the safe side: the native
+# path's copies are never fewer than FlashInfer's).
+FLASHINFER_SAMPLER_OPT_IN = ("0.11.1", "0.21.0")
 # With speculative decoding the profile's sampler warm-up also runs the rejection sampler
 # (0.33.0 v1/worker/gpu_model_runner.py `_dummy_sampler_run`: one dummy draft token per request,
 # so fresh logits of 2 x num_reqs rows, then `RejectionSampler.forward` samples the num_reqs bonus
@@ -86,10 +111,6 @@ SAMPLER_SPEC_FROM = "0.20.0"
 # Forward transient of one layer per token: gate_up (2*i) + act (i) + 3 residual-width buffers.
 # Reproduces Llama-3.1-8B at 20000 tokens (2.06 vs 2.07 GiB, v0.6.4) and CodeLlama-7B at 8192.
 ACTIVATION_CONST_GIB = 0.06
-# V1 0.11-0.16 profiled far more activation than 0.17+ (llm-d version sweep: Qwen3-14B 5.64 GiB
-# at 0.16 vs 2.23 at 0.17; Qwen3-32B TP2 5.64 GiB with 128 sequences): modelled as fp32 logits
-# over the whole profile batch, which reproduces both rows.
-LEGACY_V1_FULL_LOGITS = ("0.11.0", "0.17.0")
 NON_TORCH_CONTEXT_GIB = 0.45  # CUDA context counted by 0.6.4 / V1 0.7-0.9.0 (0.35-0.44 seen)
 NON_TORCH_BASE_GIB = 0.10  # per-instance eras before 0.18 (0.02-0.13 seen)
 NON_TORCH_BASE_GIB_018 = 0.30  # 0.18+ (0.24-0.26 seen on H100 at 0.19; 0.46 once)
@@ -1224,8 +1245,13 @@ def v2_runner_for_all(args: ResolvedArgs) -> bool:
 
 
 def flashinfer_sampling(args: ResolvedArgs) -> bool:
-    """FlashInfer's top-k/top-p sampler serves this start: installed (``optional_kernels``) and
-    not turned off by VLLM_USE_FLASHINFER_SAMPLER=0 (``flashinfer_sampler``)."""
+    """FlashInfer's top-k/top-p sampler serves this start: installed (``optional_kernels``), not
+    turned off by VLLM_USE_FLASHINFER_SAMPLER=0 (``flashinfer_sampler``), and not a release where
+    it is opt-in (FLASHINFER_SAMPLER_OPT_IN: 0.11.1-0.20.x, taken as off)."""
+    lo, hi = FLASHINFER_SAMPLER_OPT_IN
+    version = VllmVersion.parse(args.vllm_version)
+    if version.at_least(lo) and not version.at_least(hi):
+        return False
     return args.optional_kernels and args.flashinfer_sampler
 
 
@@ -1416,14 +1442,14 @@ def activation_bytes(
             and not v2_runner_for_all(args)
             and native_sorts
         )
-        copies = SAMPLER_LOGIT_COPIES_NATIVE if native else SAMPLER_LOGIT_COPIES
         version = VllmVersion.parse(sem.version)
+        copies = SAMPLER_LOGIT_COPIES
+        if native:
+            sorts = not version.at_least(TRITON_TOP_K_TOP_P_FROM)
+            copies = SAMPLER_LOGIT_COPIES_NATIVE if sorts else SAMPLER_OFF_V2_STAND_IN_COPIES
         if rejection_sampler_warmup(args) and version.at_least(SAMPLER_SPEC_FROM):
             copies = max(copies, SAMPLER_LOGIT_COPIES_SPEC)
         sampler = copies * args.max_num_seqs * arch.vocab_size * 4
-        lo, hi = LEGACY_V1_FULL_LOGITS
-        if sem.engine is Engine.V1 and version.at_least(lo) and not version.at_least(hi):
-            sampler += args.max_num_batched_tokens * arch.vocab_size * 4
     if eager_v2:
         # an eager start on Model Runner V2 (``v2_eager_profile``): V2's sampler tensor, and no
         # compile in the profile run, so no vocab x hidden floor
