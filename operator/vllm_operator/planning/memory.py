@@ -202,10 +202,12 @@ class EngineArgs(BaseModel):
     )
     flashinfer_sampler: bool = Field(
         default=True,
-        description="FlashInfer's top-k/top-p sampler is on (no VLLM_USE_FLASHINFER_SAMPLER=0 in "
-        "the container's env). Off, the sampler is the one a bare pip install gets: the V1 "
-        "runner's native sort and, before 0.29, no Model Runner V2 terms for an unquantised "
-        "start (v2_profile_terms).",
+        description="FlashInfer's top-k/top-p sampler is not turned off (no "
+        "VLLM_USE_FLASHINFER_SAMPLER=0 in the container's env). Off, the sampler is the one a bare "
+        "pip install gets: the V1 runner's native path (a sort before 0.17) and, before 0.29, no "
+        "Model Runner V2 terms for an unquantised start (v2_profile_terms). vLLM 0.11.1-0.20.x "
+        "run it only on an explicit 1 (FLASHINFER_SAMPLER_OPT_IN), so there it is planned off "
+        "either way.",
     )
     expandable_segments: bool = Field(
         default=False,
