@@ -133,3 +133,21 @@ def test_trtllm_rounds_the_intermediate_to_128_from_0_27(version: str, inter: in
         GPT_OSS, tp=1, compute_capability=(10, 0), version=VllmVersion.parse(version)
     )
     assert dims == (3072, inter)
+
+
+def test_the_v0_sampler_sorts_the_vocabulary() -> None:
+    """vLLM 0.6.4.post1's V0 sampler takes ``_apply_top_k_top_p`` (a sort) for the profile's
+    top_k = vocab - 1, top_p = 0.99 unless VLLM_USE_FLASHINFER_SAMPLER=1 (default 0). Bench row 2,
+    https://github.com/vllm-project/vllm/issues/10360 (Qwen2.5-32B-Instruct-AWQ, RTX A6000,
+    --max-model-len 4096): peak_torch_memory=19.60GiB on about 18.16 GiB of weights
+    (initial_memory_usage=18.60GiB less non_torch_memory=0.44GiB), i.e. 1.44 GiB of activation
+    where the forward pass over 4,096 tokens holds 0.75, and kv_cache_size=22.74GiB."""
+    awq = lookup_architecture("Qwen/Qwen2.5-32B-Instruct-AWQ")
+    a6000 = gpu_memory(lookup_gpu("NVIDIA-RTX-A6000"))
+    est = estimate_memory(
+        awq,
+        a6000,
+        EngineArgs(vllm_version="0.6.4.post1", max_model_len=4096, gpu_memory_utilization=0.9),
+    )
+    assert est.activation_peak_gib >= 1.44
+    assert est.kv_cache_gib == pytest.approx(22.74, rel=0.01)

@@ -69,7 +69,15 @@ SAMPLER_LOGIT_COPIES = 3.85
 # planner also counted fp32 logits for the whole profile batch at 0.11-0.16, a term vLLM's code
 # does not have: 0.11.0's ``_dummy_run`` returns ``hidden_states[logit_indices]``, one row per
 # request, and the drop from 5.64 to 2.23 GiB between 0.16.0 and 0.17.0 of the same sweep is the
-# sort giving way to the Triton kernel (TRITON_TOP_K_TOP_P_FROM).
+# sort giving way to the Triton kernel (TRITON_TOP_K_TOP_P_FROM). The V0 engine's sampler sorts
+# too, in every V0 release: its profile run samples with SamplingParams(top_p=0.99,
+# top_k=vocab - 1) (worker/model_runner.py ``profile_run``), and ``Sampler.forward`` (0.6.4.post1
+# model_executor/layers/sampler.py) takes ``_apply_top_k_top_p`` (logits.sort, softmax, cumsum,
+# masks, a scattered copy) unless VLLM_USE_FLASHINFER_SAMPLER=1 (envs.py default "0"), then keeps
+# full fp32 probabilities and log-probabilities for ``_sample``. Bench row 2 (Qwen2.5-32B-AWQ on an
+# RTX A6000, 0.6.4.post1, 256 sequences of a 152,064-token vocabulary: its 'peak_torch_memory'
+# leaves 1.44 GiB above the weights, where the forward pass over 4,096 tokens is 0.75): +3.4 ->
+# +0.5 % with the sort's copies; the other V0 rows' forward passes are larger than their sampler.
 SAMPLER_LOGIT_COPIES_NATIVE = 9.7
 # The sort is gone on the V1 runner from 0.17: ``forward_native`` calls ``apply_top_k_top_p``,
 # which takes ``apply_top_k_top_p_triton`` whenever Triton is installed (a dependency of CUDA
@@ -1438,11 +1446,9 @@ def activation_bytes(
     forward = _forward_transient_bytes(arch, args.max_num_batched_tokens, tp, act_b)
     sampler = 0.0
     if last_stage:
-        native = (
-            sem.engine is Engine.V1
-            and not flashinfer_sampling(args)
-            and not v2_runner_for_all(args)
-            and native_sorts
+        # V0's sampler always sorts (V0_SAMPLER_SORTS); V1's when FlashInfer's is not serving
+        native = sem.engine is Engine.V0 or (
+            not flashinfer_sampling(args) and not v2_runner_for_all(args) and native_sorts
         )
         version = VllmVersion.parse(sem.version)
         copies = SAMPLER_LOGIT_COPIES
