@@ -9,6 +9,7 @@ JSON dicts.
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 import time
@@ -309,6 +310,33 @@ class Kube:
         query = {"labelSelector": label_selector} if label_selector else None
         items: list[JSON] = self.request("GET", path, query=query).get("items", [])
         return items
+
+    def wait_events(
+        self,
+        namespace: str,
+        reason: str,
+        *,
+        type_: str | None = None,
+        at_least: int = 1,
+        timeout: float = 30,
+    ) -> builtins.list[JSON]:
+        """The namespace's Events with ``reason`` (and ``type_``), once at least ``at_least`` exist.
+
+        The operator writes a status and then records its Event, two requests apart: a test
+        that has just seen the status must wait for the Event, not list once and race it.
+        """
+
+        def matching() -> builtins.list[JSON] | None:
+            hits = [
+                e
+                for e in self.list(f"/api/v1/namespaces/{namespace}/events")
+                if e["reason"] == reason and (type_ is None or e["type"] == type_)
+            ]
+            return hits if len(hits) >= at_least else None
+
+        return wait_for(
+            matching, timeout=timeout, what=f"{at_least} {reason} event(s) in {namespace}"
+        )
 
     # -- conditions --------------------------------------------------------------------------
 

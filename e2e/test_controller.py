@@ -249,8 +249,7 @@ def test_infeasible_unknown_model_and_bad_flags_create_nothing(
     obj = wait_condition(kube, namespace, "bad-flag", "Feasible", "False", "InvalidExtraArgs")
     assert "--swap-space" in cond(obj, "Feasible")["message"]  # type: ignore[index]
     assert deployments(kube, namespace) == []
-    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
-    assert any(e["reason"] == "Infeasible" and e["type"] == "Warning" for e in events)
+    kube.wait_events(namespace, "Infeasible", type_="Warning")
 
 
 def test_missing_gpu_type_waits_for_nodes_then_plans(

@@ -221,8 +221,7 @@ def test_pre_existing_service_is_never_taken_over_nor_collected(
     assert svc["spec"]["selector"] == {"app": "web"}
     assert not svc["metadata"].get("ownerReferences")
     assert svc["metadata"]["resourceVersion"] == svc_before["metadata"]["resourceVersion"]
-    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
-    assert len([e for e in events if e["reason"] == "NameConflict"]) == 1
+    assert len(kube.wait_events(namespace, "NameConflict")) == 1
     # Deleting the VLLMService collects what it owns, never their Service.
     kube.delete(svc_path(namespace, name), propagation="Foreground")
     wait_for(
@@ -376,8 +375,7 @@ def test_a_burst_of_edits_rolls_the_pool_once(
     assert args[args.index("--max-num-seqs") + 1] == "1"
     # One new ReplicaSet: the pods were replaced once, with the last spec.
     assert len(kube.list(rs_path)) == 2
-    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
-    assert len([e for e in events if e["reason"] == "PlanApplied"]) == 2
+    assert len(kube.wait_events(namespace, "PlanApplied", at_least=2)) == 2
 
 
 def _set_cordon(kube: Kube, nodes: list[str], unschedulable: bool) -> None:

@@ -179,8 +179,7 @@ def test_scenario_is_reported_once_then_clears_after_recovery(
     assert cond(obj, "MemoryPressure")["status"] == "True"
     assert cond(obj, "MetricsAvailable")["status"] == "True"
     assert (obj["status"].get("overrides") or []) == []  # recommend never changes the pool
-    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
-    assert any(e["reason"] == reason for e in events)
+    kube.wait_events(namespace, reason)
     # Once: further evaluations inside the cooldown add no second step.
     time.sleep(2 * EVAL_S)  # observe two more evaluation intervals (bounded observation window)
     assert [h["reason"] for h in history(kube, namespace)].count(reason) == 1
@@ -308,8 +307,7 @@ def test_auto_mode_override_rolls_the_pool_and_is_restored_after_recovery(
         timeout=30,
         what="the planned arguments rendered again",
     )
-    events = kube.list(f"/api/v1/namespaces/{namespace}/events")
-    assert any(e["reason"] == "Restored" and e["type"] == "Normal" for e in events)
+    kube.wait_events(namespace, "Restored", type_="Normal")
 
 
 # A real vLLM V1 runtime CUDA OOM (public source cited in the file): the classifier's own
