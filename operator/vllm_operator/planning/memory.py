@@ -122,8 +122,8 @@ ACTIVATION_CONST_GIB = 0.06
 NON_TORCH_CONTEXT_GIB = 0.45  # CUDA context counted by 0.6.4 / V1 0.7-0.9.0 (0.35-0.44 seen)
 NON_TORCH_BASE_GIB = 0.10  # per-instance eras before 0.18 (0.02-0.13 seen)
 NON_TORCH_BASE_GIB_018 = 0.30  # 0.18+ (0.24-0.26 seen on H100 at 0.19; 0.46 once)
-NON_TORCH_TP_GIB = 0.45  # TP > 1 before 0.12 or below sm90 (0.33-0.44 seen)
-NON_TORCH_TP_GIB_SM90 = 1.95  # TP > 1 on sm90 / sm10x from 0.12 (1.82-1.96 seen at 0.19)
+NON_TORCH_TP_GIB = 0.45  # TP > 1 on any other capability (0.33-0.44 seen)
+NON_TORCH_TP_GIB_SM90 = 1.95  # TP > 1 on sm90 / sm10x, every release (1.82-1.96 seen at 0.19)
 # On an integrated (unified-memory) GPU vLLM reads free memory from the host, not the device:
 # utils/mem_utils.py MemorySnapshot.measure sets free_memory = psutil.virtual_memory().available
 # when current_platform.is_integrated_gpu (torch `is_integrated`, cudaDevAttrIntegrated; 0.21.0
@@ -144,13 +144,15 @@ UNIFIED_MEMORY_REASON = (
     "during startup count against the KV cache; the figure is the largest logged (bench rows "
     "115-116), not derived from this model"
 )
-# Compute capabilities vLLM's symmetric-memory all-reduce serves (0.33.0
-# distributed/device_communicators/all_reduce_utils.py SYMM_MEM_ALL_REDUCE_MAX_SIZES: "9.0",
-# "10.0", "10.3", "10.7"; symm_mem.py SymmMemCommunicator.__init__ disables itself on any other
-# capability, and VLLM_ALLREDUCE_USE_SYMM_MEM defaults to 1): the NVLink datacenter parts whose
-# TP > 1 logs NON_TORCH_TP_GIB_SM90 was fitted on. sm12x (RTX PRO / RTX 50xx, PCIe only) and
-# sm89 get no symmetric-memory buffers and take NON_TORCH_TP_GIB.
-SYMM_MEM_MAJORS = (9, 10)
+# Compute capabilities whose TP > 1 ranks carry NON_TORCH_TP_GIB_SM90: the NVLink datacenter parts
+# (sm90, sm10x) it was fitted on. sm12x (RTX PRO / RTX 50xx, PCIe only) and sm89 log less and take
+# NON_TORCH_TP_GIB (``nvlink_tp_term``). The term is empirical: which allocation it is has not been
+# established. It is not vLLM's symmetric-memory all-reduce (off by default in 0.10.2, envs.py
+# VLLM_ALLREDUCE_USE_SYMM_MEM "0", where row 77 already logs it; 64 MiB buffers at TP2 on sm90 from
+# 0.11), not NCCL's NVLink SHARP (ncclNvlsInit returns early for two GPUs or fewer, and the TP2
+# rows carry it) and not FlashInfer's all-reduce fusion workspace (on by default only from 0.17,
+# config/vllm.py enable_allreduce_rms_fusion, at most 64 MB at TP2 and 2 MB at TP4 on sm90).
+NVLINK_TP_MAJORS = (9, 10)
 CUDA_GRAPH_BASE_GIB = 0.05
 CUDA_GRAPH_PER_LAYER_GIB = 0.021  # 0.55-1.70 GiB for 24-80 layers with 512 capture sizes
 CUDA_GRAPH_TP_GIB = 0.30
@@ -1494,18 +1496,22 @@ def non_torch_gib(
     if unified_memory:
         base = max(base, UNIFIED_MEMORY_NON_TORCH_GIB)
     if args.tensor_parallel_size > 1:
-        base += NON_TORCH_TP_GIB_SM90 if symm_mem_all_reduce(sm, version) else NON_TORCH_TP_GIB
+        base += NON_TORCH_TP_GIB_SM90 if nvlink_tp_term(sm) else NON_TORCH_TP_GIB
     return base
 
 
-def symm_mem_all_reduce(sm: tuple[int, int] | None, version: VllmVersion) -> bool:
-    """Whether a TP > 1 rank carries the NVLink-class all-reduce buffers of NON_TORCH_TP_GIB_SM90:
-    from 0.12 on a capability vLLM's symmetric-memory all-reduce serves (SYMM_MEM_MAJORS,
-    0.33.0 ``SYMM_MEM_ALL_REDUCE_MAX_SIZES``). Before this rule sm12x took the sm90 figure too;
-    the 0.27+ ledgers of sm120 cards over PCIe log less: bench row 69 (TP4, RTX PRO 6000
-    Blackwell, 0.27.1) 1.70 GiB of non-torch memory against 2.25, row 53 (TP2, RTX 5090) 15.03 GiB
-    consumed against 17.01."""
-    return sm is not None and sm[0] in SYMM_MEM_MAJORS and version.at_least("0.12.0")
+def nvlink_tp_term(sm: tuple[int, int] | None) -> bool:
+    """Whether a TP > 1 rank carries NON_TORCH_TP_GIB_SM90 (NVLINK_TP_MAJORS), at every release.
+
+    It was held from 0.12 only, read from bench row 42 (TP2 on H100, 0.54 GiB of non-torch memory,
+    its release inferred); starts whose release is logged carry it earlier: row 77 (Qwen3-Next TP2
+    on H200, 0.10.2, ledger "1.38 GiB for non-torch memory") and rows 8/9 (Kimi-K2-Thinking TP8 on
+    H200, 0.11.1, 1.37 GiB short of the logged KV cache without it: +2.9 -> -0.3 %). Row 42 stays
+    the outlier, on the safe side (-4.5 %). sm12x took the figure too before the capability rule;
+    the 0.27+ ledgers of sm120 cards over PCIe log less: row 69 (TP4, RTX PRO 6000 Blackwell,
+    0.27.1) 1.70 GiB of non-torch memory against 2.25, row 53 (TP2, RTX 5090) 15.03 GiB consumed
+    against 17.01."""
+    return sm is not None and sm[0] in NVLINK_TP_MAJORS
 
 
 def sequences_at(est: MemoryEstimate, context_tokens: int) -> float:
