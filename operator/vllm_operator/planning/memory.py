@@ -50,8 +50,34 @@ KV_DTYPES_FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
 # --- fitted constants (bench/data/vllm-startup-logs.csv; see docs/planning-model.md) -----------
 # Sampler pass of the profile run: logits of max_num_seqs tokens in fp32 plus the sampler's
 # temporaries (softmax, log-softmax, sort for top-p/k): 3.73-3.87 x the fp32 logits on
-# Llama-3.1-8B, Qwen2.5-7B, Gemma-2-27B, Qwen3-14B (v0.17/v0.19 rows).
+# Llama-3.1-8B, Qwen2.5-7B, Gemma-2-27B, Qwen3-14B (v0.17/v0.19 rows). Counted from the code, that
+# is the V1 sampler's PyTorch-native path with the Triton top-k/top-p kernel (forward_native): the
+# model-dtype logits (0.5), their fp32 copy (1), the kernel's num_SMs x vocab buffer
+# (min(SMs, seqs) / seqs), the probabilities (1) and random_sample's exponential draw (1), i.e.
+# 3.5 + min(SMs, seqs) / seqs, 3.6-4.0 on the fitted rows. It is the peak of 0.17-0.20 starts (the
+# FlashInfer sampler opt-in, FLASHINFER_SAMPLER_OPT_IN) and of 0.21+ starts, whose warm-up runs that
+# path a second time (FLASHINFER_ALONE).
 SAMPLER_LOGIT_COPIES = 3.85
+# FlashInfer's path alone, where the warm-up runs nothing else: Sampler.forward casts the
+# model-dtype logits to fp32 (0.5 + 1), divides by the temperature in place, and
+# flashinfer_sample's top_k_top_p_sampling_from_logits (top_k_first) keeps top_k_mask_logits'
+# masked copy (1) and the softmax (1) while top_p_sampling_from_probs draws: 3.5 fp32 copies
+# (vLLM 0.10.1.1/0.10.2/0.11.0 v1/sample/sampler.py and ops/topk_topp_sampler.py; FlashInfer 0.2.11
+# flashinfer/sampling.py, which 0.10.1.1 pins, allocates the same two tensors as 0.6.8.post1's).
+# Bench rows 43/44 (Qwen2-7B on A100s, 0.10.1.1): -3.3 / -4.1 -> -2.3 / -3.7 %.
+SAMPLER_LOGIT_COPIES_FLASHINFER = 3.5
+# The window where that path runs alone (FLASHINFER_ALONE), from the first release that samples
+# with FlashInfer >= 0.2.3 (0.9.0, 0.9.1, 0.9.2 and 0.10.1.1 TopKTopPSampler: ``if
+# flashinfer_version < "0.2.3"`` falls back to native; 0.8.5 has the test the other way round,
+# "FlashInfer>=v0.2.3 is not backward compatible", so an 0.8 start samples with an older
+# FlashInfer or sorts, and keeps SAMPLER_LOGIT_COPIES) to the release whose ``_dummy_sampler_run``
+# (v1/worker/gpu_model_runner.py) samples twice: from 0.21.0 it samples as configured and again
+# with a seeded torch.Generator ("Also warm forward_native (taken when generators dict is
+# non-empty)"), which forward_cuda hands to forward_native, so a FlashInfer start peaks like a
+# native Triton one (SAMPLER_LOGIT_COPIES). One call read in 0.9.0, 0.9.2, 0.10.1.1, 0.10.2,
+# 0.11.0-0.11.2, 0.12.0, 0.14.1, 0.16.0, 0.17.0, 0.18.0, 0.20.0 and 0.20.2; two in 0.21.0 through
+# 0.33.0. (0.11.1-0.20.x sample natively by default, FLASHINFER_SAMPLER_OPT_IN.)
+FLASHINFER_ALONE = ("0.9.0", "0.21.0")
 # Without FlashInfer's sampler the V1 sampler takes the PyTorch-native top-k/top-p path
 # (v1/sample/ops/topk_topp_sampler.py, forward_native: logits.sort over the whole vocabulary ->
 # fp32 values + int64 indices and the sort's own buffers, softmax, cumsum, masks, scatter, then the
@@ -1267,6 +1293,14 @@ def flashinfer_sampling(args: ResolvedArgs) -> bool:
     return args.optional_kernels and args.flashinfer_sampler
 
 
+def flashinfer_alone(version: VllmVersion) -> bool:
+    """Whether a start whose sampler is FlashInfer's warms that path alone (FLASHINFER_ALONE:
+    0.9.0-0.20.x, one sampler call in the profile and FlashInfer >= 0.2.3 serving), so its peak
+    is SAMPLER_LOGIT_COPIES_FLASHINFER rather than the native Triton path's."""
+    lo, hi = FLASHINFER_ALONE
+    return version.at_least(lo) and not version.at_least(hi)
+
+
 def native_sampler_sorts(
     arch: Architecture, args: ResolvedArgs, quant: Quantization | None
 ) -> bool:
@@ -1457,6 +1491,8 @@ def activation_bytes(
         if native:
             sorts = not version.at_least(TRITON_TOP_K_TOP_P_FROM)
             copies = SAMPLER_LOGIT_COPIES_NATIVE if sorts else SAMPLER_OFF_V2_STAND_IN_COPIES
+        elif flashinfer_sampling(args) and flashinfer_alone(version):
+            copies = SAMPLER_LOGIT_COPIES_FLASHINFER
         if rejection_sampler_warmup(args) and version.at_least(SAMPLER_SPEC_FROM):
             copies = max(copies, SAMPLER_LOGIT_COPIES_SPEC)
         sampler = copies * args.max_num_seqs * arch.vocab_size * 4
